@@ -1,0 +1,194 @@
+"""Connection settings, parsed and checked once, from one precedence order.
+
+Explicit arguments (client keywords, CLI flags, Spark options) win over the
+``BDQ_*`` environment, which wins over the defaults below. Every value is
+checked here, so a bad one fails before anything touches Cassandra.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from spark_queue.errors import InvalidSetting
+
+DEFAULT_PORT = 9042
+DEFAULT_HOSTS = ("127.0.0.1:9042",)
+DEFAULT_KEYSPACE = "bdq"
+
+#: Environment variable behind each connection setting.
+ENV_VARS = {
+    "hosts": "BDQ_CASSANDRA_HOSTS",
+    "keyspace": "BDQ_KEYSPACE",
+    "username": "BDQ_CASSANDRA_USERNAME",
+    "password": "BDQ_CASSANDRA_PASSWORD",
+    "local_dc": "BDQ_LOCAL_DC",
+}
+
+CONSISTENCY_LEVELS = (
+    "ONE",
+    "TWO",
+    "THREE",
+    "QUORUM",
+    "ALL",
+    "LOCAL_QUORUM",
+    "EACH_QUORUM",
+    "LOCAL_ONE",
+)
+SERIAL_CONSISTENCY_LEVELS = ("SERIAL", "LOCAL_SERIAL")
+
+_KEYSPACE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
+_HOST_RE = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9_.\-]+))(?::(?P<port>\d+))?")
+
+
+@dataclass(frozen=True)
+class HostPort:
+    """One contact point."""
+
+    host: str
+    port: int = DEFAULT_PORT
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_host(text: str) -> HostPort:
+    """Parse ``host``, ``host:port`` or ``[v6addr]:port``."""
+    match = _HOST_RE.fullmatch(text.strip())
+    if not match:
+        raise InvalidSetting(
+            f"host {text!r}: must be host or host:port, such as '127.0.0.1:9042' or '[::1]:9042'"
+        )
+    port = int(match["port"]) if match["port"] else DEFAULT_PORT
+    if not 0 < port < 65536:
+        raise InvalidSetting(f"host {text!r}: port {port} must be between 1 and 65535")
+    return HostPort(match["v6"] or match["name"], port)
+
+
+def parse_hosts(value: str | Iterable[str]) -> tuple[HostPort, ...]:
+    """Parse a comma list (or an iterable) of ``host[:port]`` contact points."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    hosts = tuple(parse_host(item) for item in items if item.strip())
+    if not hosts:
+        raise InvalidSetting(
+            f"hosts {value!r}: must name at least one host, such as '127.0.0.1:9042'"
+        )
+    return hosts
+
+
+def check_keyspace(name: str) -> str:
+    """Return ``name`` if it is a valid unquoted Cassandra keyspace name."""
+    if not isinstance(name, str) or not _KEYSPACE_RE.fullmatch(name):
+        raise InvalidSetting(
+            f"keyspace {name!r}: must start with a letter and hold only letters, digits and"
+            " '_' (48 characters at most)"
+        )
+    return name
+
+
+def check_choice(setting: str, value: str, allowed: Iterable[str]) -> str:
+    """Upper-case ``value`` and check it is one of ``allowed``."""
+    allowed = tuple(allowed)
+    normalized = str(value).strip().upper()
+    if normalized not in allowed:
+        raise InvalidSetting(f"{setting} {value!r}: must be one of {', '.join(allowed)}")
+    return normalized
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConnectionSettings:
+    """Where the queue lives and how to talk to it.
+
+    Attributes:
+        hosts: Contact points. Default ``127.0.0.1:9042`` (the local node).
+        keyspace: Keyspace holding the queue tables. Default ``bdq``.
+        local_dc: Data center for the load-balancing policy; None lets the
+            driver pick the first contact point's.
+        username: Plain-text auth user, or None.
+        password: Plain-text auth password, or None.
+        consistency: Read/write consistency. Default ``LOCAL_QUORUM``.
+        serial_consistency: Consistency of lightweight transactions.
+            Default ``LOCAL_SERIAL``.
+        replication_factor: Used only when spark-queue creates the keyspace
+            (SimpleStrategy, or NetworkTopologyStrategy in ``local_dc`` when set).
+        connect_timeout: Seconds to wait for a connection.
+        request_timeout: Seconds to wait for one statement.
+    """
+
+    hosts: tuple[HostPort, ...] = field(default_factory=lambda: parse_hosts(DEFAULT_HOSTS))
+    keyspace: str = DEFAULT_KEYSPACE
+    local_dc: str | None = None
+    username: str | None = None
+    password: str | None = None
+    consistency: str = "LOCAL_QUORUM"
+    serial_consistency: str = "LOCAL_SERIAL"
+    replication_factor: int = 1
+    connect_timeout: float = 10.0
+    request_timeout: float = 20.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hosts", parse_hosts([str(h) for h in self.hosts]))
+        check_keyspace(self.keyspace)
+        object.__setattr__(
+            self, "consistency", check_choice("consistency", self.consistency, CONSISTENCY_LEVELS)
+        )
+        object.__setattr__(
+            self,
+            "serial_consistency",
+            check_choice("serial consistency", self.serial_consistency, SERIAL_CONSISTENCY_LEVELS),
+        )
+        if (self.username is None) != (self.password is None):
+            raise InvalidSetting(
+                "username and password: give both or neither"
+                f" (username {'set' if self.username else 'missing'},"
+                f" password {'set' if self.password else 'missing'})"
+            )
+        if not isinstance(self.replication_factor, int) or self.replication_factor < 1:
+            raise InvalidSetting(
+                f"replication factor {self.replication_factor!r}: must be a whole number >= 1"
+            )
+        for name in ("connect_timeout", "request_timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value <= 0:
+                raise InvalidSetting(f"{name} {value!r}: must be a positive number of seconds")
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, **overrides: Any
+    ) -> ConnectionSettings:
+        """Build settings from ``BDQ_*`` variables; keyword arguments that are not None win.
+
+        Args:
+            env: The environment to read (default ``os.environ``).
+            **overrides: Any field of this class; None means "not given".
+        """
+        env = os.environ if env is None else env
+        known = {f.name for f in fields(cls)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise InvalidSetting(
+                f"connection setting {sorted(unknown)[0]!r}: unknown; known are {sorted(known)}"
+            )
+        values: dict[str, Any] = {}
+        for name, var in ENV_VARS.items():
+            if env.get(var):
+                values[name] = parse_hosts(env[var]) if name == "hosts" else env[var]
+        for name, value in overrides.items():
+            if value is not None:
+                values[name] = parse_hosts(value) if name == "hosts" else value
+        return cls(**values)
+
+    def with_keyspace(self, keyspace: str) -> ConnectionSettings:
+        """A copy pointing at another keyspace."""
+        return replace(self, keyspace=keyspace)
+
+
+def hosts_from_env(env: Mapping[str, str] | None = None) -> tuple[HostPort, ...] | None:
+    """The user's own cluster from ``BDQ_CASSANDRA_HOSTS``, or None when unset."""
+    env = os.environ if env is None else env
+    value = env.get(ENV_VARS["hosts"], "").strip()
+    return parse_hosts(value) if value else None

@@ -1,0 +1,59 @@
+"""Every error spark-queue raises on purpose derives from one root.
+
+The tree::
+
+    SparkQueueError
+    ├── InvalidSetting        a setting, option, flag or argument breaks a rule (also a ValueError)
+    │   └── InvalidMessage    a payload or its headers break a rule
+    │       └── MessageTooLarge
+    ├── QueueNotFound         the named queue does not exist
+    ├── QueueExists           create_queue on a name that is taken
+    ├── StaleReceipt          ack / change_visibility with a receipt of an older delivery
+    ├── BackendUnavailable    Cassandra could not be reached or did not answer in time
+    └── LocalNodeError        the local Cassandra node could not be started or stopped
+
+Each message names the value, the rule it broke and, where there is one, the fix.
+Driver exceptions are translated at the store boundary and kept as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+
+class SparkQueueError(Exception):
+    """Root of every error raised by spark-queue."""
+
+
+class InvalidSetting(SparkQueueError, ValueError):
+    """A setting, option, flag or argument has a value that breaks a rule."""
+
+
+class InvalidMessage(InvalidSetting):
+    """A message payload or its headers break a rule (type, encoding)."""
+
+
+class MessageTooLarge(InvalidMessage):
+    """A payload is larger than the queue's ``max_message_bytes``."""
+
+
+class QueueNotFound(SparkQueueError, LookupError):
+    """The named queue does not exist in the keyspace."""
+
+
+class QueueExists(SparkQueueError):
+    """``create_queue`` was asked for a name that already exists."""
+
+
+class StaleReceipt(SparkQueueError):
+    """A receipt no longer names the current delivery of its message.
+
+    The message was acked, its lease expired and another consumer received it,
+    or its visibility was changed with a newer receipt. Nothing was changed.
+    """
+
+
+class BackendUnavailable(SparkQueueError):
+    """Cassandra could not be reached, or did not answer within the timeout."""
+
+
+class LocalNodeError(SparkQueueError):
+    """The local Cassandra node could not be started, stopped or inspected."""

@@ -1,0 +1,579 @@
+"""A real Apache Cassandra node (or a small cluster) on loopback, for development and tests.
+
+The node runs from the official ``org.apache.cassandra:cassandra-all`` artifacts:
+Maven resolves them from Maven Central into its cache (``~/.m2``), and the
+launcher starts ``CassandraDaemon`` on Java 17 with the flags Cassandra's own
+``bin/cassandra`` and ``conf/jvm17-server.options`` would pass: the JPMS
+exports/opens, the jamm agent, a logback configuration, a local JMX port and a
+storage directory. Each node keeps its configuration, data and logs in
+``<home>/node<i>/``; node ``i`` listens on the ``i``-th loopback address
+(127.0.0.1, 127.0.0.2, ...) with the same ports, the first node is the seed.
+
+Nothing here is used when ``BDQ_CASSANDRA_HOSTS`` points at a cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from spark_queue.errors import LocalNodeError
+
+log = logging.getLogger(__name__)
+
+CASSANDRA_VERSION = "5.0.9"
+DEFAULT_HEAP = "1G"
+START_TIMEOUT = 240.0
+STOP_TIMEOUT = 90.0
+LOG_TAIL_LINES = 40
+
+# From Cassandra's conf/jvm17-server.options (JPMS, netty) and its G1 settings.
+JVM17_FLAGS = (
+    "-XX:+UseG1GC",
+    "-XX:+ParallelRefProcEnabled",
+    "-XX:MaxTenuringThreshold=1",
+    "-XX:G1HeapRegionSize=16m",
+    "-XX:MaxGCPauseMillis=300",
+    "-Djdk.attach.allowAttachSelf=true",
+    "--add-exports=java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-exports=java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED",
+    "--add-exports=java.rmi/sun.rmi.registry=ALL-UNNAMED",
+    "--add-exports=java.rmi/sun.rmi.server=ALL-UNNAMED",
+    "--add-exports=java.sql/java.sql=ALL-UNNAMED",
+    "--add-exports=java.base/java.lang.ref=ALL-UNNAMED",
+    "--add-exports=jdk.unsupported/sun.misc=ALL-UNNAMED",
+    "--add-exports=jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
+    "--add-exports=jdk.attach/sun.tools.attach=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang.module=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.loader=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.reflect=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.math=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.module=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.util.jar=ALL-UNNAMED",
+    "--add-opens=jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.io=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang.reflect=ALL-UNNAMED",
+    "--add-opens=jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "-Dio.netty.allocator.useCacheForAllThreads=true",
+    "-Dio.netty.allocator.maxOrder=11",
+)
+
+
+def _project_root() -> Path | None:
+    """The source checkout this package runs from, if it runs from one."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "conf" / "cassandra").is_dir() else None
+
+
+def default_home() -> Path:
+    """Where local nodes live: ``$BDQ_HOME``, else ``.bdq/`` in the checkout, else ``~/.bdq``."""
+    if os.environ.get("BDQ_HOME"):
+        return Path(os.environ["BDQ_HOME"]).expanduser()
+    root = _project_root()
+    return root / ".bdq" if root else Path.home() / ".bdq"
+
+
+def default_conf_dir() -> Path:
+    """Where the node templates live: ``$BDQ_CONF_DIR/cassandra``, else the checkout's ``conf/cassandra``."""
+    if os.environ.get("BDQ_CONF_DIR"):
+        return Path(os.environ["BDQ_CONF_DIR"]).expanduser() / "cassandra"
+    root = _project_root()
+    if root is None:
+        raise LocalNodeError(
+            "the local node templates were not found: set BDQ_CONF_DIR to a spark-queue"
+            " checkout's conf/ folder, or point BDQ_CASSANDRA_HOSTS at your own cluster"
+        )
+    return root / "conf" / "cassandra"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """Where one local node listens and keeps its files."""
+
+    index: int
+    address: str
+    native_port: int
+    storage_port: int
+    jmx_port: int
+    folder: Path
+
+    @property
+    def pid_file(self) -> Path:
+        return self.folder / "cassandra.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.folder / "logs" / "system.log"
+
+    @property
+    def console_file(self) -> Path:
+        return self.folder / "logs" / "console.log"
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What ``status`` reports about one node."""
+
+    index: int
+    address: str
+    native_port: int
+    running: bool
+    pid: int | None
+    version: str | None
+
+    @property
+    def ready(self) -> bool:
+        """True when the node answers CQL."""
+        return self.version is not None
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.address}:{self.native_port}"
+
+
+class LocalCluster:
+    """One or more Cassandra nodes on loopback addresses, managed from a home folder.
+
+    Args:
+        home: Folder for node data, logs and the resolved classpath.
+        address: Address of the first node; node ``i`` gets this address plus ``i - 1``.
+        native_port: CQL port of every node.
+        storage_port: Inter-node port of every node.
+        jmx_port: Local JMX port of the first node; node ``i`` uses ``jmx_port + i - 1``
+            (JMX binds the shared 127.0.0.1, so the ports must differ).
+        version: ``cassandra-all`` version to run.
+        heap: JVM heap size (``-Xms``/``-Xmx``).
+        conf_dir: Folder holding ``cassandra.yaml``, ``logback.xml`` and ``pom.xml`` templates.
+    """
+
+    def __init__(
+        self,
+        home: Path | None = None,
+        *,
+        address: str = "127.0.0.1",
+        native_port: int = 9042,
+        storage_port: int = 7000,
+        jmx_port: int = 7199,
+        version: str = CASSANDRA_VERSION,
+        heap: str = DEFAULT_HEAP,
+        conf_dir: Path | None = None,
+    ) -> None:
+        try:
+            first = ipaddress.IPv4Address(address)
+        except ValueError as e:
+            raise LocalNodeError(f"address {address!r}: must be an IPv4 address") from e
+        if not first.is_loopback:
+            raise LocalNodeError(
+                f"address {address!r}: local nodes listen on loopback only (127.0.0.0/8)"
+            )
+        for name, port in (("native", native_port), ("storage", storage_port), ("jmx", jmx_port)):
+            if not 0 < port < 65536:
+                raise LocalNodeError(f"{name} port {port}: must be between 1 and 65535")
+        if not re.fullmatch(r"\d+[MG]", heap):
+            raise LocalNodeError(f"heap {heap!r}: must be a size such as '1G' or '768M'")
+        self.home = (home or default_home()).resolve()
+        self._first = first
+        self.native_port = native_port
+        self.storage_port = storage_port
+        self.jmx_port = jmx_port
+        self.version = version
+        self.heap = heap
+        self._conf_dir = conf_dir
+
+    # -- layout ------------------------------------------------------------
+
+    @property
+    def conf_dir(self) -> Path:
+        return self._conf_dir or default_conf_dir()
+
+    def node(self, index: int) -> NodeSpec:
+        """The spec of node ``index`` (1-based)."""
+        return NodeSpec(
+            index=index,
+            address=str(self._first + index - 1),
+            native_port=self.native_port,
+            storage_port=self.storage_port,
+            jmx_port=self.jmx_port + index - 1,
+            folder=self.home / f"node{index}",
+        )
+
+    def known_nodes(self) -> list[NodeSpec]:
+        """Nodes that have a folder under home, in index order."""
+        if not self.home.is_dir():
+            return []
+        indexes = sorted(
+            int(m[1]) for p in self.home.iterdir() if (m := re.fullmatch(r"node(\d+)", p.name))
+        )
+        return [self._recorded(i) for i in indexes]
+
+    def _recorded(self, index: int) -> NodeSpec:
+        """The spec a node was last started with (ports and address are recorded on start)."""
+        spec = self.node(index)
+        meta = spec.folder / "node.json"
+        if meta.is_file():
+            saved = json.loads(meta.read_text())
+            return NodeSpec(
+                index=index,
+                address=saved["address"],
+                native_port=saved["native_port"],
+                storage_port=saved["storage_port"],
+                jmx_port=saved["jmx_port"],
+                folder=spec.folder,
+            )
+        return spec
+
+    # -- start ---------------------------------------------------------------
+
+    def start(
+        self,
+        nodes: int = 1,
+        *,
+        settings: Mapping[str, str] | None = None,
+        timeout: float = START_TIMEOUT,
+        echo: Callable[[str], None] = log.info,
+    ) -> list[NodeStatus]:
+        """Start nodes 1..``nodes`` one after another; running ones are left alone.
+
+        Returns when every node answers CQL. Raises LocalNodeError, with the end of
+        the node's log, when a node cannot start.
+        """
+        if nodes < 1 or nodes > 9:
+            raise LocalNodeError(f"nodes {nodes}: must be between 1 and 9")
+        java = find_java()
+        classpath = self.classpath(echo)
+        agent = next((p for p in classpath if p.name.startswith("jamm-")), None)
+        for index in range(1, nodes + 1):
+            spec = self.node(index)
+            pid = _live_pid(spec.pid_file)
+            if pid is not None:
+                recorded = self._recorded(index)
+                version = _wait_for_cql(recorded, pid, timeout)
+                echo(f"node{index} already running at {recorded.address}:{recorded.native_port}"
+                     f" (pid {pid}, Cassandra {version})")
+                continue
+            _check_ports_free(spec)
+            self._write_config(spec, auto_bootstrap=index > 1, settings=settings or {})
+            pid = self._launch(spec, java, classpath, agent)
+            echo(f"node{index} starting at {spec.address}:{spec.native_port} (pid {pid}),"
+                 f" log {spec.log_file}")
+            version = _wait_for_cql(spec, pid, timeout)
+            echo(f"node{index} ready: Cassandra {version} at {spec.address}:{spec.native_port}")
+        return self.status()
+
+    def classpath(self, echo: Callable[[str], None] = log.info) -> list[Path]:
+        """The node's runtime jars, resolved once with Maven and cached under home."""
+        cache = self.home / "lib" / f"cassandra-{self.version}.classpath"
+        if cache.is_file():
+            jars = [Path(p) for p in cache.read_text().strip().split(os.pathsep) if p]
+            if jars and all(p.is_file() for p in jars):
+                return jars
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise LocalNodeError(
+                "Maven ('mvn') is not on PATH: it fetches cassandra-all from Maven Central;"
+                " install it (for example 'apt-get install maven') or set BDQ_CASSANDRA_HOSTS"
+            )
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        echo(f"resolving org.apache.cassandra:cassandra-all:{self.version} with Maven"
+             " (first run only)...")
+        command = [
+            mvn, "-q", "-B", "-f", str(self.conf_dir / "pom.xml"),
+            f"-Dcassandra.version={self.version}",
+            "dependency:build-classpath",
+            "-Dmdep.includeScope=runtime",
+            f"-Dmdep.outputFile={cache}",
+        ]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0 or not cache.is_file():
+            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-LOG_TAIL_LINES:])
+            raise LocalNodeError(
+                f"Maven could not resolve cassandra-all {self.version} (exit {result.returncode}):"
+                f"\n{tail}"
+            )
+        return [Path(p) for p in cache.read_text().strip().split(os.pathsep) if p]
+
+    def _write_config(
+        self, spec: NodeSpec, *, auto_bootstrap: bool, settings: Mapping[str, str]
+    ) -> None:
+        conf = spec.folder / "conf"
+        conf.mkdir(parents=True, exist_ok=True)
+        (spec.folder / "logs").mkdir(exist_ok=True)
+        (spec.folder / "data").mkdir(exist_ok=True)
+        template = string.Template((self.conf_dir / "cassandra.yaml").read_text())
+        seed = self.node(1)
+        text = template.substitute(
+            cluster_name="bdq-local",
+            address=spec.address,
+            seeds=f"{seed.address}:{seed.storage_port}",
+            native_port=spec.native_port,
+            storage_port=spec.storage_port,
+            auto_bootstrap="true" if auto_bootstrap else "false",
+        )
+        (conf / "cassandra.yaml").write_text(_override_yaml(text, settings))
+        shutil.copyfile(self.conf_dir / "logback.xml", conf / "logback.xml")
+        meta = {k: v for k, v in asdict(spec).items() if k != "folder"}
+        (spec.folder / "node.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+    def _launch(
+        self, spec: NodeSpec, java: str, classpath: Sequence[Path], agent: Path | None
+    ) -> int:
+        conf = spec.folder / "conf"
+        command = [
+            java,
+            f"-Xms{self.heap}",
+            f"-Xmx{self.heap}",
+            "-Xss256k",
+            "-XX:+HeapDumpOnOutOfMemoryError",
+            "-XX:+ExitOnOutOfMemoryError",  # a node past OOM may corrupt data: let it die
+            f"-XX:HeapDumpPath={spec.folder / 'logs'}",
+            "-Djava.net.preferIPv4Stack=true",
+            *JVM17_FLAGS,
+            *([f"-javaagent:{agent}"] if agent else []),
+            f"-Dcassandra.config={(conf / 'cassandra.yaml').as_uri()}",
+            f"-Dlogback.configurationFile={conf / 'logback.xml'}",
+            f"-Dcassandra.logdir={spec.folder / 'logs'}",
+            f"-Dcassandra.storagedir={spec.folder / 'data'}",
+            f"-Dcassandra.jmx.local.port={spec.jmx_port}",
+            "-Dcassandra-foreground=yes",
+            # A fresh development cluster has nothing to wait for: skip the
+            # 30 s ring delay and gossip settling that protect production joins.
+            "-Dcassandra.ring_delay_ms=2000",
+            "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+            "-cp",
+            os.pathsep.join([str(conf), *map(str, classpath)]),
+            "org.apache.cassandra.service.CassandraDaemon",
+        ]
+        with open(spec.console_file, "ab") as console:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                cwd=spec.folder,
+                start_new_session=True,  # outlives the CLI that started it
+            )
+        spec.pid_file.write_text(f"{process.pid}\n")
+        return process.pid
+
+    # -- stop / status -------------------------------------------------------
+
+    def stop(self, *, timeout: float = STOP_TIMEOUT, echo: Callable[[str], None] = log.info) -> int:
+        """Stop every node this home started (highest index first); return how many stopped."""
+        stopped = 0
+        for spec in reversed(self.known_nodes()):
+            pid = _live_pid(spec.pid_file)
+            if pid is None:
+                spec.pid_file.unlink(missing_ok=True)
+                continue
+            echo(f"stopping node{spec.index} at {spec.address} (pid {pid})...")
+            os.kill(pid, signal.SIGTERM)
+            if not _wait_exit(pid, timeout):
+                echo(f"node{spec.index} did not exit in {timeout:.0f}s; killing it")
+                os.kill(pid, signal.SIGKILL)
+                _wait_exit(pid, 10.0)
+            spec.pid_file.unlink(missing_ok=True)
+            stopped += 1
+        return stopped
+
+    def kill(self, index: int) -> None:
+        """SIGKILL one node, as a crash would (for fault tests)."""
+        spec = self._recorded(index)
+        pid = _live_pid(spec.pid_file)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            _wait_exit(pid, 10.0)
+        spec.pid_file.unlink(missing_ok=True)
+
+    def status(self) -> list[NodeStatus]:
+        """Running or not, with version and address, for every known node."""
+        result = []
+        for spec in self.known_nodes():
+            pid = _live_pid(spec.pid_file)
+            version = probe_cql(spec.address, spec.native_port) if pid is not None else None
+            result.append(
+                NodeStatus(spec.index, spec.address, spec.native_port, pid is not None, pid, version)
+            )
+        return result
+
+
+# -- helpers -----------------------------------------------------------------
+
+
+def find_java() -> str:
+    """``$JAVA_HOME/bin/java`` or ``java`` on PATH, checked to be Java 11 or 17."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise LocalNodeError(
+            "Java was not found (JAVA_HOME unset and no 'java' on PATH): Cassandra 5.0 needs Java 17"
+        )
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
+    match = re.search(r'version "(\d+)', out)
+    major = int(match[1]) if match else 0
+    if major not in (11, 17):
+        raise LocalNodeError(
+            f"Java at {java} is version {major or 'unknown'}: Cassandra 5.0 runs on Java 17"
+            " (or 11); set JAVA_HOME to a Java 17 installation"
+        )
+    return java
+
+
+def _override_yaml(text: str, settings: Mapping[str, str]) -> str:
+    """Replace (or append) top-level ``key: value`` lines."""
+    for key, value in settings.items():
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
+            raise LocalNodeError(f"setting {key!r}: must be a top-level cassandra.yaml key")
+        line = f"{key}: {value}"
+        text, count = re.subn(rf"(?m)^{key}:.*$", line, text)
+        if count == 0:
+            text += f"\n{line}\n"
+    return text
+
+
+def _live_pid(pid_file: Path) -> int | None:
+    """The recorded pid if that process is still alive (and not a zombie)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z"):
+            return None
+    return pid
+
+
+def _wait_exit(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reap it if we are its parent
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if Path(f"/proc/{pid}/stat").exists():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z"):
+                    return True
+        time.sleep(0.2)
+    return False
+
+
+def _check_ports_free(spec: NodeSpec) -> None:
+    """Fail before launching when another process holds one of the node's ports."""
+    for purpose, address, port in (
+        ("CQL (native transport)", spec.address, spec.native_port),
+        ("storage", spec.address, spec.storage_port),
+        ("JMX", "127.0.0.1", spec.jmx_port),
+    ):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((address, port))
+            except OSError as e:
+                reason = "is already in use" if e.errno == errno.EADDRINUSE else f"failed: {e}"
+                raise LocalNodeError(
+                    f"node{spec.index}: {purpose} port {address}:{port} {reason} by another"
+                    " process; stop that process, or start with other ports"
+                    " (bdq cassandra start --native-port/--storage-port/--jmx-port)"
+                ) from e
+
+
+def _log_tail(spec: NodeSpec, lines: int = LOG_TAIL_LINES) -> str:
+    parts = []
+    for path in (spec.console_file, spec.log_file):
+        if path.is_file():
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"--- last lines of {path} ---\n" + "\n".join(text))
+    return "\n".join(parts) or "(the node wrote no log)"
+
+
+def _wait_for_cql(spec: NodeSpec, pid: int, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _live_pid(spec.pid_file) is None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            raise LocalNodeError(
+                f"node{spec.index} at {spec.address}:{spec.native_port} exited during start"
+                f" (pid {pid}).\n{_log_tail(spec)}"
+            )
+        if _port_open(spec.address, spec.native_port):
+            version = probe_cql(spec.address, spec.native_port)
+            if version:
+                return version
+        time.sleep(0.5)
+    raise LocalNodeError(
+        f"node{spec.index} at {spec.address}:{spec.native_port} did not answer CQL within"
+        f" {timeout:.0f}s (pid {pid} still running).\n{_log_tail(spec)}"
+    )
+
+
+def _port_open(address: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((address, port)) == 0
+
+
+@contextlib.contextmanager
+def _quiet_driver() -> Iterator[None]:
+    """Silence the driver's connection warnings while probing a node that may be down."""
+    logger = logging.getLogger("cassandra")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def probe_cql(address: str, port: int, timeout: float = 5.0) -> str | None:
+    """``release_version`` of the node at ``address:port``, or None if it does not answer."""
+    from cassandra.cluster import Cluster
+    from cassandra.policies import WhiteListRoundRobinPolicy
+
+    if not _port_open(address, port):
+        return None
+    with _quiet_driver():
+        cluster = Cluster(
+            [address],
+            port=port,
+            connect_timeout=timeout,
+            control_connection_timeout=timeout,
+            load_balancing_policy=WhiteListRoundRobinPolicy([address]),
+            protocol_version=5,
+        )
+        try:
+            session = cluster.connect()
+            row = session.execute(
+                "SELECT release_version FROM system.local", timeout=timeout
+            ).one()
+            return str(row.release_version) if row else None
+        except Exception:  # noqa: BLE001 - any failure here means "not ready yet"
+            return None
+        finally:
+            cluster.shutdown()
