@@ -1,0 +1,52 @@
+"""spark-queue: a durable message queue stored in Apache Cassandra, with a Spark connector.
+
+The public API is exactly ``__all__`` (a test guards it)::
+
+    from spark_queue import QueueClient
+    with QueueClient(hosts=["127.0.0.1:9042"], keyspace="bdq") as client:
+        orders = client.create_queue("orders", exist_ok=True)
+        orders.send(b'{"sku": 1}')
+        for delivery in orders.receive(max_messages=10):
+            ...
+            orders.ack(delivery.receipt)
+"""
+
+from __future__ import annotations
+
+from spark_queue.client import QueueClient
+from spark_queue.config import ConnectionSettings, QueueSettings
+from spark_queue.errors import (
+    BackendUnavailable,
+    InvalidMessage,
+    InvalidSetting,
+    LocalNodeError,
+    MessageTooLarge,
+    QueueExists,
+    QueueNotFound,
+    SparkQueueError,
+    StaleReceipt,
+)
+from spark_queue.message import Delivery, Message, QueueStats
+from spark_queue.queue import Queue
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailable",
+    "ConnectionSettings",
+    "Delivery",
+    "InvalidMessage",
+    "InvalidSetting",
+    "LocalNodeError",
+    "Message",
+    "MessageTooLarge",
+    "Queue",
+    "QueueClient",
+    "QueueExists",
+    "QueueNotFound",
+    "QueueSettings",
+    "QueueStats",
+    "SparkQueueError",
+    "StaleReceipt",
+    "__version__",
+]

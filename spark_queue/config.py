@@ -41,7 +41,9 @@ CONSISTENCY_LEVELS = (
 SERIAL_CONSISTENCY_LEVELS = ("SERIAL", "LOCAL_SERIAL")
 
 _KEYSPACE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
-_HOST_RE = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9_.\-]+))(?::(?P<port>\d+))?")
+_HOST_RE = re.compile(
+    r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9_.\-]+))(?::(?P<port>\d+))?"
+)
 
 
 @dataclass(frozen=True)
@@ -157,9 +159,7 @@ class ConnectionSettings:
                 raise InvalidSetting(f"{name} {value!r}: must be a positive number of seconds")
 
     @classmethod
-    def from_env(
-        cls, env: Mapping[str, str] | None = None, **overrides: Any
-    ) -> ConnectionSettings:
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ConnectionSettings:
         """Build settings from ``BDQ_*`` variables; keyword arguments that are not None win.
 
         Args:
@@ -192,3 +192,98 @@ def hosts_from_env(env: Mapping[str, str] | None = None) -> tuple[HostPort, ...]
     env = os.environ if env is None else env
     value = env.get(ENV_VARS["hosts"], "").strip()
     return parse_hosts(value) if value else None
+
+
+# -- queue settings ------------------------------------------------------------
+
+_QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}")
+MAX_TTL = 630_720_000  # Cassandra's limit: 20 years, in seconds
+MAX_MESSAGE_BYTES_LIMIT = 16 * 1024 * 1024
+MAX_BUCKET_SIZE = 100_000
+
+
+def check_queue_name(name: object) -> str:
+    """Return ``name`` if it is a valid queue name."""
+    if not isinstance(name, str) or not _QUEUE_NAME_RE.fullmatch(name):
+        raise InvalidSetting(
+            f"queue name {name!r}: must be 1-200 characters of letters, digits, '_', '.' or '-',"
+            " starting with a letter or digit"
+        )
+    return name
+
+
+def check_seconds(setting: str, value: object, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as float seconds if it is a finite positive (or zero) number."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    seconds = float(value) if ok else float("nan")  # type: ignore[arg-type]
+    if (
+        not ok
+        or seconds != seconds
+        or seconds == float("inf")
+        or seconds < 0
+        or (seconds == 0 and not allow_zero)
+    ):
+        rule = "a number of seconds >= 0" if allow_zero else "a positive number of seconds"
+        raise InvalidSetting(f"{setting} {value!r}: must be {rule}")
+    return seconds
+
+
+def check_int(setting: str, value: object, low: int, high: int) -> int:
+    """Return ``value`` if it is a whole number in ``[low, high]``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidSetting(f"{setting} {value!r}: must be a whole number from {low} to {high}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueSettings:
+    """A queue's settings, fixed at creation.
+
+    Attributes:
+        bucket_size: Ids per bucket (one Cassandra partition). Default 1000.
+        visibility_timeout: Seconds a received message stays invisible. Default 30.
+        order_hint: BlueDove's K: a receive picks among the oldest K visible
+            messages per message asked for. 1 favours order, larger K fewer
+            duplicates under competing consumers. Default 1.
+        message_ttl: Seconds a message lives unacked before it expires. Default 7 days.
+        max_deliveries: Deliveries after which a message moves to
+            ``dead_letter_queue`` instead of being delivered again; None for no limit.
+        dead_letter_queue: Name of the queue receiving such messages.
+        max_message_bytes: Largest payload accepted. Default 256 KiB.
+        seal_delay: Seconds a bucket stays open for delayed writes after its last
+            id was handed out (CassieQ's repair wait). Writes slower than this
+            are checked and re-sent if their bucket was sealed. Default 5.
+    """
+
+    bucket_size: int = 1000
+    visibility_timeout: float = 30.0
+    order_hint: int = 1
+    message_ttl: int = 7 * 86400
+    max_deliveries: int | None = None
+    dead_letter_queue: str | None = None
+    max_message_bytes: int = 256 * 1024
+    seal_delay: float = 5.0
+
+    def __post_init__(self) -> None:
+        check_int("bucket_size", self.bucket_size, 1, MAX_BUCKET_SIZE)
+        object.__setattr__(
+            self, "visibility_timeout", check_seconds("visibility_timeout", self.visibility_timeout)
+        )
+        check_int("order_hint", self.order_hint, 1, 1000)
+        check_int("message_ttl", self.message_ttl, 1, MAX_TTL)
+        if self.max_deliveries is not None:
+            check_int("max_deliveries", self.max_deliveries, 1, 1_000_000)
+            if self.dead_letter_queue is None:
+                raise InvalidSetting(
+                    f"max_deliveries {self.max_deliveries}: needs dead_letter_queue, the queue"
+                    " that takes messages delivered that many times (nothing is dropped silently)"
+                )
+        if self.dead_letter_queue is not None:
+            check_queue_name(self.dead_letter_queue)
+            if self.max_deliveries is None:
+                raise InvalidSetting(
+                    f"dead_letter_queue {self.dead_letter_queue!r}: needs max_deliveries,"
+                    " the number of deliveries after which a message moves there"
+                )
+        check_int("max_message_bytes", self.max_message_bytes, 1, MAX_MESSAGE_BYTES_LIMIT)
+        object.__setattr__(self, "seal_delay", check_seconds("seal_delay", self.seal_delay))

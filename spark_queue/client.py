@@ -1,0 +1,225 @@
+"""``QueueClient``: connect to a keyspace, create, open, list and delete queues."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict
+from types import TracebackType
+from typing import Any
+
+from spark_queue.config import ConnectionSettings, QueueSettings, check_queue_name
+from spark_queue.errors import InvalidSetting, QueueExists, QueueNotFound, SparkQueueError
+from spark_queue.queue import Queue
+from spark_queue.store.session import Store
+
+log = logging.getLogger(__name__)
+
+_SETTINGS_COLUMNS = (
+    "bucket_size, visibility_timeout, order_hint, message_ttl, max_deliveries,"
+    " dead_letter_queue, max_message_bytes, seal_delay"
+)
+CREATE = (
+    f"INSERT INTO {{ks}}.queues (name, queue_id, {_SETTINGS_COLUMNS}, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS"
+)
+INIT_SEQUENCE = "INSERT INTO {ks}.sequences (queue_id, next_id) VALUES (?, 0) IF NOT EXISTS"
+INIT_POINTERS = (
+    "INSERT INTO {ks}.pointers (queue_id, head, sealed_upto) VALUES (?, 0, 0) IF NOT EXISTS"
+)
+READ = f"SELECT queue_id, {_SETTINGS_COLUMNS} FROM {{ks}}.queues WHERE name = ?"
+LIST = "SELECT name FROM {ks}.queues"
+DELETE = "DELETE FROM {ks}.queues WHERE name = ? IF queue_id = ?"
+DELETE_SEQUENCE = "DELETE FROM {ks}.sequences WHERE queue_id = ?"
+DELETE_POINTERS = "DELETE FROM {ks}.pointers WHERE queue_id = ?"
+
+
+class QueueClient:
+    """Entry point of the Python API: one per process is plenty.
+
+    Args:
+        hosts: Contact points, as a list or a comma string of ``host[:port]``;
+            default ``BDQ_CASSANDRA_HOSTS``, else ``127.0.0.1:9042``.
+        keyspace: Keyspace of the queue tables; default ``BDQ_KEYSPACE``, else ``bdq``.
+        settings: Complete connection settings (instead of the keywords).
+        store: An existing store to use (not closed by this client).
+        **connection: Other ``ConnectionSettings`` fields (``username``,
+            ``password``, ``local_dc``, ``consistency``, ...).
+
+    The keyspace and tables are created when missing. Use it as a context
+    manager, or call ``close()``.
+    """
+
+    def __init__(
+        self,
+        hosts: str | Iterable[str] | None = None,
+        keyspace: str | None = None,
+        *,
+        settings: ConnectionSettings | None = None,
+        store: Store | None = None,
+        **connection: Any,
+    ) -> None:
+        if store is not None:
+            self._store, self._owns_store = store, False
+        else:
+            if settings is None:
+                settings = ConnectionSettings.from_env(
+                    hosts=list(hosts)
+                    if hosts is not None and not isinstance(hosts, str)
+                    else hosts,
+                    keyspace=keyspace,
+                    **connection,
+                )
+            self._store, self._owns_store = Store(settings), True
+        self.settings = self._store.settings
+        self._handles: dict[str, Queue] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, **connection: Any) -> QueueClient:
+        """A client configured from the ``BDQ_*`` environment (keywords win)."""
+        return cls(settings=ConnectionSettings.from_env(**connection))
+
+    def __enter__(self) -> QueueClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the connection (if this client opened it)."""
+        if self._owns_store:
+            self._store.close()
+
+    # -- queues ----------------------------------------------------------------
+
+    def create_queue(
+        self,
+        name: str,
+        *,
+        bucket_size: int = 1000,
+        visibility_timeout: float = 30.0,
+        order_hint: int = 1,
+        message_ttl: int = 7 * 86400,
+        max_deliveries: int | None = None,
+        dead_letter_queue: str | None = None,
+        max_message_bytes: int = 256 * 1024,
+        seal_delay: float = 5.0,
+        exist_ok: bool = False,
+    ) -> Queue:
+        """Create a queue and return a handle on it.
+
+        See ``QueueSettings`` for the settings. With ``exist_ok`` an existing
+        queue of that name is returned as it is (its own settings kept).
+
+        Raises:
+            QueueExists: The name is taken and ``exist_ok`` is false.
+            QueueNotFound: ``dead_letter_queue`` does not exist.
+            InvalidSetting: A setting breaks its rule.
+        """
+        check_queue_name(name)
+        settings = QueueSettings(
+            bucket_size=bucket_size,
+            visibility_timeout=visibility_timeout,
+            order_hint=order_hint,
+            message_ttl=message_ttl,
+            max_deliveries=max_deliveries,
+            dead_letter_queue=dead_letter_queue,
+            max_message_bytes=max_message_bytes,
+            seal_delay=seal_delay,
+        )
+        if dead_letter_queue is not None:
+            if dead_letter_queue == name:
+                raise InvalidSetting(
+                    f"dead_letter_queue {dead_letter_queue!r}: must be another queue than {name!r}"
+                )
+            self.queue(dead_letter_queue)  # QueueNotFound names it
+        queue_id = uuid.uuid4()
+        store = self._store
+        what = f"creating queue {name!r}"
+        store.execute(INIT_SEQUENCE, (queue_id,), what=what)
+        store.execute(INIT_POINTERS, (queue_id,), what=what)
+        values = asdict(settings)
+        row = store.execute(
+            CREATE,
+            (name, queue_id, *(values[c.strip()] for c in _SETTINGS_COLUMNS.split(","))),
+            what=what,
+        ).one()
+        if not row[0]:
+            store.execute(DELETE_SEQUENCE, (queue_id,), what=what)
+            store.execute(DELETE_POINTERS, (queue_id,), what=what)
+            if exist_ok:
+                return self.queue(name)
+            raise QueueExists(
+                f"queue {name!r}: already exists; pass exist_ok=True to use it, or delete it first"
+            )
+        return self._handle(name, queue_id, settings)
+
+    def queue(self, name: str) -> Queue:
+        """A handle on an existing queue. QueueNotFound if there is none of that name."""
+        check_queue_name(name)
+        row = self._store.execute(READ, (name,), what=f"opening queue {name!r}").one()
+        if row is None or row[0] is None:
+            raise QueueNotFound(
+                f"queue {name!r}: does not exist in keyspace {self.settings.keyspace!r}"
+                " (create it with create_queue or 'bdq queue create')"
+            )
+        columns = [c.strip() for c in _SETTINGS_COLUMNS.split(",")]
+        settings = QueueSettings(**dict(zip(columns, row[1:], strict=True)))
+        return self._handle(name, row[0], settings)
+
+    def _handle(self, name: str, queue_id: uuid.UUID, settings: QueueSettings) -> Queue:
+        # One handle per incarnation, so its id block and caches are shared.
+        with self._lock:
+            handle = self._handles.get(name)
+            if handle is None or handle.queue_id != queue_id:
+                handle = Queue(self._store, name, queue_id, settings, self.queue)
+                self._handles[name] = handle
+            return handle
+
+    def list_queues(self) -> list[str]:
+        """Names of every queue in the keyspace, sorted."""
+        return sorted(row[0] for row in self._store.rows(LIST, what="listing queues"))
+
+    def delete_queue(self, name: str, *, missing_ok: bool = False) -> None:
+        """Delete a queue and its messages.
+
+        A queue created later under the same name starts empty: its data lives
+        under a new incarnation id. Handles from this client fail with
+        QueueNotFound afterwards. A handle in another process may still send
+        into the deleted queue for up to ``seal_delay / 2`` seconds (the life of
+        its id block), as SQS allows sends for a while after a delete.
+        """
+        try:
+            queue = self.queue(name)
+        except QueueNotFound:
+            if missing_ok:
+                return
+            raise
+        what = f"deleting queue {name!r}"
+        row = self._store.execute(DELETE, (name, queue.queue_id), what=what).one()
+        if not row[0]:
+            raise QueueNotFound(
+                f"queue {name!r}: was deleted or re-created by someone else meanwhile"
+            )
+        # The sequence goes first so writers holding a handle fail on their next block.
+        tail = queue.buckets.tail()
+        head, _ = queue.buckets.pointers()
+        self._store.execute(DELETE_SEQUENCE, (queue.queue_id,), what=what)
+        self._store.execute(DELETE_POINTERS, (queue.queue_id,), what=what)
+        last = queue.buckets.bucket_of(max(tail - 1, 0))
+        try:
+            queue.buckets.drop(range(head, last + 1))
+        except SparkQueueError:
+            # Unreachable under the new incarnation either way; only disk is at stake.
+            log.warning("queue %r: some buckets of the deleted queue were not dropped", name)
+        queue._mark_deleted()
+        with self._lock:
+            self._handles.pop(name, None)

@@ -1,0 +1,365 @@
+"""Bucket-level storage of one queue incarnation: the CQL of the message life cycle.
+
+Every message lives in bucket ``id // bucket_size``, one Cassandra partition.
+Changes to many messages of one bucket go in one single-partition batch, which
+Cassandra applies atomically and in isolation, so costs scale with buckets
+touched, not messages. Only the operations that must not race (ack, change of
+visibility, the pointers and the id sequence) are lightweight transactions.
+
+Times are integer milliseconds since the epoch throughout.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spark_queue.store.session import Store
+
+# Rows per single-partition batch, and their payload bytes: far below
+# Cassandra's mutation limit (half a commit-log segment) and kind to the heap.
+BATCH_ROWS = 2000
+BATCH_BYTES = 4 * 1024 * 1024
+# Conditional-ack rounds on one bucket before giving up on a contended batch.
+ACK_ROUNDS = 8
+
+_COLUMNS = (
+    "id, payload, headers, toUnixTimestamp(enqueued_at), toUnixTimestamp(visible_at),"
+    " toUnixTimestamp(expires_at), delivery_count, lease"
+)
+INSERT = (
+    "INSERT INTO {ks}.messages (queue_id, bucket, id, payload, headers, enqueued_at, visible_at,"
+    " expires_at, delivery_count, lease, acked) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, false)"
+    " USING TTL ?"
+)
+SCAN_VISIBLE = (
+    f"SELECT {_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ?"
+    " AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
+)
+SCAN_UNACKED = (
+    "SELECT id, toUnixTimestamp(visible_at), delivery_count, toUnixTimestamp(expires_at)"
+    " FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND acked = false ALLOW FILTERING"
+)
+ANY_UNACKED = (
+    "SELECT id FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND acked = false"
+    " LIMIT 1 ALLOW FILTERING"
+)
+READ_IDS = (
+    f"SELECT {_COLUMNS}, acked FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id IN ?"
+)
+LEASE = (
+    "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?, delivery_count = ?"
+    " WHERE queue_id = ? AND bucket = ? AND id = ?"
+)
+ACK = (
+    "UPDATE {ks}.messages USING TTL ? SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
+    " IF lease = ? AND acked = false"
+)
+MARK_ACKED = (
+    "UPDATE {ks}.messages USING TTL ? SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
+)
+CHANGE_VISIBILITY = (
+    "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?"
+    " WHERE queue_id = ? AND bucket = ? AND id = ? IF lease = ? AND acked = false"
+)
+DROP = "DELETE FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
+POINTERS = "SELECT head, sealed_upto FROM {ks}.pointers WHERE queue_id = ?"
+SEAL = "UPDATE {ks}.pointers SET sealed_upto = ? WHERE queue_id = ? IF sealed_upto = ?"
+ADVANCE_HEAD = "UPDATE {ks}.pointers SET head = ? WHERE queue_id = ? IF head = ?"
+TAIL = "SELECT next_id FROM {ks}.sequences WHERE queue_id = ?"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message row as read from its bucket."""
+
+    id: int
+    bucket: int
+    payload: bytes
+    headers: Mapping[str, str]
+    enqueued_at: int
+    visible_at: int
+    expires_at: int
+    delivery_count: int
+    lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message about to be written."""
+
+    id: int
+    payload: bytes
+    headers: Mapping[str, str]
+    enqueued_at: int
+    visible_at: int
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseWrite:
+    """A lease to write on one message (a delivery)."""
+
+    bucket: int
+    id: int
+    lease: int
+    visible_at: int
+    delivery_count: int
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseCheck:
+    """A conditional change keyed by the lease a receipt names."""
+
+    bucket: int
+    id: int
+    lease: int
+    expires_at: int
+
+
+def ttl_left(expires_at: int, now: int) -> int:
+    """Whole seconds until ``expires_at`` (at least 1 so CQL accepts it)."""
+    return max(1, math.ceil((expires_at - now) / 1000))
+
+
+def _stored(row: Sequence[Any], bucket: int) -> StoredMessage | None:
+    if row[1] is None or row[4] is None or row[5] is None:
+        return None  # cells of an expired message can outlive its payload briefly
+    return StoredMessage(
+        id=row[0],
+        bucket=bucket,
+        payload=bytes(row[1]),
+        headers=dict(row[2] or {}),
+        enqueued_at=row[3] or 0,
+        visible_at=row[4],
+        expires_at=row[5],
+        delivery_count=row[6] or 0,
+        lease=row[7] or 0,
+    )
+
+
+class Buckets:
+    """The buckets, pointers and sequence of one queue incarnation.
+
+    Args:
+        store: The Cassandra session.
+        queue_id: The incarnation (changes when a queue is deleted and re-created).
+        bucket_size: Ids per bucket.
+    """
+
+    def __init__(self, store: Store, queue_id: uuid.UUID, bucket_size: int) -> None:
+        self.store = store
+        self.queue_id = queue_id
+        self.bucket_size = bucket_size
+
+    def bucket_of(self, message_id: int) -> int:
+        return message_id // self.bucket_size
+
+    # -- writes ----------------------------------------------------------------
+
+    def insert(self, messages: Sequence[NewMessage], now: int) -> None:
+        """Write messages, one single-partition batch per bucket (chunked), concurrently."""
+        by_bucket: dict[int, list[Sequence[Any]]] = defaultdict(list)
+        for m in messages:
+            by_bucket[self.bucket_of(m.id)].append(
+                (
+                    self.queue_id,
+                    self.bucket_of(m.id),
+                    m.id,
+                    m.payload,
+                    dict(m.headers) or None,
+                    m.enqueued_at,
+                    m.visible_at,
+                    m.expires_at,
+                    ttl_left(m.expires_at, now),
+                )
+            )
+        self._write_batches(INSERT, by_bucket, payload_index=3, what="sending messages")
+
+    def write_leases(self, leases: Sequence[LeaseWrite], now: int) -> None:
+        """Write delivery leases; last writer wins (Cassandra's timestamps pick one)."""
+        by_bucket: dict[int, list[Sequence[Any]]] = defaultdict(list)
+        for w in leases:
+            by_bucket[w.bucket].append(
+                (
+                    ttl_left(w.expires_at, now),
+                    w.lease,
+                    w.visible_at,
+                    w.delivery_count,
+                    self.queue_id,
+                    w.bucket,
+                    w.id,
+                )
+            )
+        self._write_batches(LEASE, by_bucket, what="leasing received messages")
+
+    def mark_acked(self, rows: Iterable[tuple[int, int, int]], now: int) -> None:
+        """Mark ``(bucket, id, expires_at)`` rows acked without a condition (purge)."""
+        by_bucket: dict[int, list[Sequence[Any]]] = defaultdict(list)
+        for bucket, message_id, expires_at in rows:
+            by_bucket[bucket].append((ttl_left(expires_at, now), self.queue_id, bucket, message_id))
+        self._write_batches(MARK_ACKED, by_bucket, what="purging messages")
+
+    def _write_batches(
+        self,
+        cql: str,
+        by_bucket: Mapping[int, list[Sequence[Any]]],
+        *,
+        what: str,
+        payload_index: int | None = None,
+    ) -> None:
+        batches = []
+        for rows in by_bucket.values():
+            chunk: list[Sequence[Any]] = []
+            size = 0
+            for row in rows:
+                row_bytes = len(row[payload_index]) if payload_index is not None else 64
+                if chunk and (len(chunk) >= BATCH_ROWS or size + row_bytes > BATCH_BYTES):
+                    batches.append(self._statement(cql, chunk))
+                    chunk, size = [], 0
+                chunk.append(row)
+                size += row_bytes
+            if chunk:
+                batches.append(self._statement(cql, chunk))
+        self.store.execute_many(batches, what=what)
+
+    def _statement(self, cql: str, rows: list[Sequence[Any]]) -> tuple[Any, Sequence[Any]]:
+        if len(rows) == 1:
+            return self.store.prepare(cql), rows[0]
+        return self.store.batch(cql, rows), ()
+
+    # -- conditional changes -------------------------------------------------------
+
+    def ack(self, checks: Sequence[LeaseCheck], now: int) -> set[tuple[int, int]]:
+        """Ack each message whose current lease is the given one; return stale ``(bucket, id)``.
+
+        One conditional batch per bucket: Cassandra applies it only if every
+        condition holds, and otherwise returns each row's current lease, so
+        the stale ones are dropped and the rest tried again.
+        """
+        pending: dict[int, dict[int, LeaseCheck]] = defaultdict(dict)
+        for c in checks:
+            pending[c.bucket][c.id] = c
+        stale: set[tuple[int, int]] = set()
+        for _ in range(ACK_ROUNDS):
+            if not pending:
+                return stale
+            buckets = list(pending)
+            statements = [
+                self._statement(
+                    ACK,
+                    [
+                        (ttl_left(c.expires_at, now), self.queue_id, b, c.id, c.lease)
+                        for c in pending[b].values()
+                    ],
+                )
+                for b in buckets
+            ]
+            results = self.store.execute_many(statements, what="acking messages")
+            for bucket, result in zip(buckets, results, strict=True):
+                rows = list(result)
+                if rows and rows[0][0]:
+                    del pending[bucket]
+                    continue
+                if len(pending[bucket]) == 1:
+                    # A lone conditional update answers without its key columns.
+                    stale.update((bucket, i) for i in pending.pop(bucket))
+                    continue
+                current = {row[3]: (row[4], row[5]) for row in rows if len(row) > 5}
+                for message_id, check in list(pending[bucket].items()):
+                    lease, acked = current.get(message_id, (None, None))
+                    if lease != check.lease or acked is not False:
+                        stale.add((bucket, message_id))
+                        del pending[bucket][message_id]
+                if not pending[bucket]:
+                    del pending[bucket]
+        # Still pending after every round: another process keeps changing the
+        # bucket. Report them stale rather than claim an ack that did not happen.
+        stale.update((b, i) for b, ids in pending.items() for i in ids)
+        return stale
+
+    def change_visibility(
+        self, check: LeaseCheck, new_lease: int, visible_at: int, now: int
+    ) -> bool:
+        """Move a leased message's visibility, if ``check.lease`` is still its lease."""
+        row = self.store.execute(
+            CHANGE_VISIBILITY,
+            (
+                ttl_left(check.expires_at, now),
+                new_lease,
+                visible_at,
+                self.queue_id,
+                check.bucket,
+                check.id,
+                check.lease,
+            ),
+            what="changing a message's visibility",
+        ).one()
+        return bool(row and row[0])
+
+    # -- reads ---------------------------------------------------------------------
+
+    def scan_visible(self, bucket: int, now: int, limit: int) -> list[StoredMessage]:
+        """Up to ``limit`` unacked messages of ``bucket`` visible at ``now``, oldest id first."""
+        rows = self.store.rows(
+            SCAN_VISIBLE, (self.queue_id, bucket, now, limit), what="receiving messages"
+        )
+        return [m for row in rows if (m := _stored(row, bucket)) is not None]
+
+    def unacked(self, bucket: int) -> list[tuple[int, int, int, int]]:
+        """``(id, visible_at, delivery_count, expires_at)`` of each unacked message."""
+        return [
+            (row[0], row[1], row[2] or 0, row[3])
+            for row in self.store.rows(
+                SCAN_UNACKED, (self.queue_id, bucket), what="scanning a bucket"
+            )
+            if row[1] is not None and row[3] is not None
+        ]
+
+    def has_unacked(self, bucket: int) -> bool:
+        return bool(self.store.rows(ANY_UNACKED, (self.queue_id, bucket), what="checking a bucket"))
+
+    def read(self, bucket: int, ids: Sequence[int]) -> list[tuple[StoredMessage, bool]]:
+        """The given messages of one bucket with their acked flag."""
+        rows = self.store.rows(
+            READ_IDS, (self.queue_id, bucket, list(ids)), what="reading messages"
+        )
+        return [(m, bool(row[8])) for row in rows if (m := _stored(row, bucket)) is not None]
+
+    # -- pointers ------------------------------------------------------------------
+
+    def pointers(self, *, serial: bool = False) -> tuple[int, int]:
+        """``(head, sealed_upto)``; ``serial`` sees every completed pointer move."""
+        row = self.store.execute(
+            POINTERS, (self.queue_id,), serial=serial, what="reading queue pointers"
+        ).one()
+        return (row[0] or 0, row[1] or 0) if row else (0, 0)
+
+    def tail(self) -> int:
+        """The sequence's next id: every id below it has been handed out."""
+        row = self.store.execute(TAIL, (self.queue_id,), what="reading the id sequence").one()
+        return (row[0] or 0) if row else 0
+
+    def seal(self, expected: int, upto: int) -> bool:
+        """Seal buckets below ``upto`` if ``sealed_upto`` is still ``expected``."""
+        row = self.store.execute(
+            SEAL, (upto, self.queue_id, expected), what="sealing buckets"
+        ).one()
+        return bool(row and row[0])
+
+    def advance_head(self, expected: int, head: int) -> bool:
+        row = self.store.execute(
+            ADVANCE_HEAD, (head, self.queue_id, expected), what="advancing the queue head"
+        ).one()
+        return bool(row and row[0])
+
+    def drop(self, buckets: Iterable[int]) -> None:
+        """Delete whole bucket partitions: one partition tombstone each."""
+        self.store.execute_many(
+            [(DROP, (self.queue_id, b)) for b in buckets], what="dropping buckets"
+        )

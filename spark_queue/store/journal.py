@@ -1,0 +1,82 @@
+"""The lease journal: what a consumer step leased, recorded before it is handed out.
+
+A consumer that may be replayed (a Spark micro-batch) names each step
+(``consumer``, ``step``, ``part``). Its deliveries are written here before they
+are returned, so a replay of the same step returns the same messages, and
+acking the step later costs one read and one partition drop.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from spark_queue.store.session import Store
+
+_ENTRY = struct.Struct(">qqqqi")
+
+RECORD = "INSERT INTO {ks}.journal (queue_id, consumer, step, part, deliveries) VALUES (?, ?, ?, ?, ?)"
+READ_PART = (
+    "SELECT deliveries FROM {ks}.journal WHERE queue_id = ? AND consumer = ? AND step = ? AND part = ?"
+)
+READ_STEP = (
+    "SELECT part, deliveries FROM {ks}.journal WHERE queue_id = ? AND consumer = ? AND step = ?"
+)
+FORGET = "DELETE FROM {ks}.journal WHERE queue_id = ? AND consumer = ? AND step = ?"
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One recorded delivery."""
+
+    bucket: int
+    id: int
+    lease: int
+    expires_at: int
+    delivery_count: int
+
+
+def pack(entries: Sequence[JournalEntry]) -> bytes:
+    return b"".join(
+        _ENTRY.pack(e.bucket, e.id, e.lease, e.expires_at, e.delivery_count) for e in entries
+    )
+
+
+def unpack(data: bytes | None) -> list[JournalEntry]:
+    return [JournalEntry(*fields) for fields in _ENTRY.iter_unpack(data or b"")]
+
+
+class Journal:
+    """The journal of one queue incarnation."""
+
+    def __init__(self, store: Store, queue_id: uuid.UUID) -> None:
+        self.store = store
+        self.queue_id = queue_id
+
+    def record(self, consumer: str, step: int, part: int, entries: Sequence[JournalEntry]) -> None:
+        self.store.execute(
+            RECORD,
+            (self.queue_id, consumer, step, part, pack(entries)),
+            what="recording leased messages",
+        )
+
+    def recorded(self, consumer: str, step: int, part: int) -> list[JournalEntry] | None:
+        """The entries of one part, or None if that part never recorded anything."""
+        row = self.store.execute(
+            READ_PART, (self.queue_id, consumer, step, part), what="reading the lease journal"
+        ).one()
+        return None if row is None else unpack(row[0])
+
+    def step_entries(self, consumer: str, step: int) -> list[JournalEntry]:
+        """The entries of every part of one step."""
+        rows = self.store.rows(
+            READ_STEP, (self.queue_id, consumer, step), what="reading the lease journal"
+        )
+        return [entry for _, data in sorted(rows) for entry in unpack(data)]
+
+    def forget(self, consumer: str, step: int) -> None:
+        self.store.execute(
+            FORGET, (self.queue_id, consumer, step), what="clearing the lease journal"
+        )
