@@ -115,7 +115,13 @@ class Queue:
         self._store = store
         self._open_queue = open_queue
         self.buckets = Buckets(store, queue_id, settings.bucket_size)
-        self._ids = IdBlocks(store, queue_id, name, lifetime=settings.seal_delay / 2)
+        self._ids = IdBlocks(
+            store,
+            queue_id,
+            name,
+            lifetime=settings.seal_delay / 2,
+            bucket_size=settings.bucket_size,
+        )
         self._journal = Journal(store, queue_id)
         self._lock = threading.Lock()
         self._maintenance_lock = threading.Lock()
@@ -128,6 +134,9 @@ class Queue:
             int, float
         ] = {}  # bucket -> monotonic time first seen fully allocated
         self._deleted = False
+        # (bucket, id) -> monotonic time its lease by this handle ends: threads
+        # sharing the handle skip what a sibling holds instead of racing for it.
+        self._claims: dict[tuple[int, int], float] = {}
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, queue_id={self.queue_id})"
@@ -295,8 +304,10 @@ class Queue:
         payloads: Sequence[Payload],
         headers: Mapping[str, str] | Sequence[Mapping[str, str] | None] | None = None,
         delay: float | Sequence[float] = 0.0,
+        *,
+        chunk: int = 0,
     ) -> list[int]:
-        """Send a batch once per ``(writer, batch, part)``, however often it is retried.
+        """Send a batch once per ``(writer, batch, part, chunk)``, however often it is retried.
 
         For a producer that may repeat itself (a Spark task retried, a
         micro-batch replayed after a crash): the messages are written
@@ -310,7 +321,8 @@ class Queue:
         """
         outgoing = self._check_batch(payloads, headers, delay)
         send_log = SendLog(self._store, self.queue_id)
-        record = send_log.read(writer, batch, part)
+        key = (writer, batch, part, chunk)
+        record = send_log.read(*key)
         if record is None:
             now = _now_ms()
             reserved = [
@@ -319,12 +331,13 @@ class Queue:
                 for i in lease.ids
             ]
             state = SendState.RESERVED
-            send_log.write(writer, batch, part, state, [i for i, _ in reserved], now)
+            send_log.write(*key, state, [i for i, _ in reserved], now)
         else:
             state, previous, now = record
             if len(previous) != len(outgoing):
                 raise SparkQueueError(
-                    f"send of writer {writer!r}, batch {batch}, part {part} to queue {self.name!r}:"
+                    f"send of writer {writer!r}, batch {batch}, part {part}, chunk {chunk} to queue"
+                    f" {self.name!r}:"
                     f" {len(outgoing)} messages now, {len(previous)} when first sent; a repeated"
                     " send must carry the same messages (is the input deterministic?)"
                 )
@@ -332,10 +345,10 @@ class Queue:
         ids = [i for i, _ in reserved]
         if state is SendState.RESERVED:
             ids = self._write(outgoing, ids=reserved, pending=True, now=now)
-            send_log.write(writer, batch, part, SendState.WRITTEN, ids, now)
+            send_log.write(*key, SendState.WRITTEN, ids, now)
         if state is not SendState.DONE:
             self._release(ids, outgoing, now)
-            send_log.write(writer, batch, part, SendState.DONE, ids, now)
+            send_log.write(*key, SendState.DONE, ids, now)
         return ids
 
     def _release(self, ids: Sequence[int], outgoing: Sequence[_Outgoing], written_at: int) -> None:
@@ -414,7 +427,8 @@ class Queue:
         self._check_alive()
         pause = 0.02
         while True:
-            self._maybe_maintain()
+            if buckets is None:  # a caller naming buckets has planned them (and maintains)
+                self._maybe_maintain()
             deliveries = self._receive_once(count, int(timeout * 1000), hint, buckets)
             remaining = deadline - time.monotonic()
             if deliveries or remaining <= 0:
@@ -426,14 +440,17 @@ class Queue:
         self, count: int, timeout_ms: int, hint: int, buckets: Sequence[int] | None
     ) -> list[Delivery]:
         now = _now_ms()
+        with self._lock:
+            claimed = len(self._claims)
+        # Claimed rows show up only while a sibling's lease write is in flight.
+        want = count * hint + min(claimed, 4 * count)
         if buckets is None:
-            candidates = self._visible(count * hint, now)
+            found = self._visible(want, now)
         else:
-            candidates = self._visible_in(buckets, count * hint, now)
-        if not candidates:
+            found = self._visible_in(buckets, want, now)
+        chosen = self._claim(found, count, hint, timeout_ms)
+        if not chosen:
             return []
-        chosen = candidates if len(candidates) <= count else random.sample(candidates, count)
-        chosen.sort(key=lambda m: m.id)
         limit = self.settings.max_deliveries
         if limit is not None:
             dead = [m for m in chosen if m.delivery_count >= limit]
@@ -455,6 +472,21 @@ class Queue:
         self.buckets.write_leases(writes, now)
         by_id = {m.id: m for m in chosen}
         return [self._delivery(by_id[w.id], w) for w in writes]
+
+    def _claim(
+        self, found: list[StoredMessage], count: int, hint: int, timeout_ms: int
+    ) -> list[StoredMessage]:
+        """Pick ``count`` among the oldest ``count * hint`` not held by a sibling thread."""
+        clock = time.monotonic()
+        with self._lock:
+            if self._claims:
+                self._claims = {k: t for k, t in self._claims.items() if t > clock}
+            free = [m for m in found if (m.bucket, m.id) not in self._claims][: count * hint]
+            chosen = free if len(free) <= count else random.sample(free, count)
+            for m in chosen:
+                self._claims[(m.bucket, m.id)] = clock + timeout_ms / 1000
+        chosen.sort(key=lambda m: m.id)
+        return chosen
 
     def _delivery(self, m: StoredMessage, w: LeaseWrite) -> Delivery:
         receipt = Receipt(self.queue_id, m.bucket, m.id, w.lease, m.expires_at).encode()
@@ -637,6 +669,7 @@ class Queue:
             )
         with self._lock:
             self._skip_until.pop(r.bucket, None)
+            self._claims.pop((r.bucket, r.id), None)
         return Receipt(self.queue_id, r.bucket, r.id, new_lease, r.expires_at_ms).encode()
 
     # -- replayable consumer steps (the Spark source) -------------------------------------
@@ -685,6 +718,8 @@ class Queue:
             after their lease ran out (a duplicate delivery) or acked already.
         """
         entries = self._journal.step_entries(consumer, step)
+        if not entries:
+            return 0, 0  # nothing recorded, or acked already: no tombstone to write
         stale = self.buckets.ack(
             [LeaseCheck(e.bucket, e.id, e.lease, e.expires_at) for e in entries], _now_ms()
         )
@@ -714,16 +749,19 @@ class Queue:
 
     # -- inspection ------------------------------------------------------------------
 
-    def peek(self, max_messages: int = 10) -> list[Message]:
-        """Visible messages, oldest first, without leasing them."""
+    def peek(
+        self, max_messages: int = 10, *, buckets: Sequence[int] | None = None
+    ) -> list[Message]:
+        """Visible messages, oldest first, without leasing them.
+
+        Args:
+            max_messages: Most messages to return.
+            buckets: Look only in these buckets (a Spark partition's share).
+        """
         count = check_int("max_messages", max_messages, 1, MAX_BATCH)
-        self._refresh_bounds()
-        now = _now_ms()
-        found: list[StoredMessage] = []
-        for bucket in self._live_buckets():
-            found.extend(self.buckets.scan_visible(bucket, now, count - len(found)))
-            if len(found) >= count:
-                break
+        if buckets is None:
+            buckets = self.live_buckets()
+        found = self._visible_in(buckets, count, _now_ms())
         return [
             Message(
                 id=m.id,
@@ -738,10 +776,9 @@ class Queue:
 
     def stats(self) -> QueueStats:
         """Approximate counts from one scan of every live bucket (no payloads read)."""
-        self._refresh_bounds()
         now = _now_ms()
         visible = in_flight = delayed = 0
-        buckets = self._live_buckets()
+        buckets = self.live_buckets()
         for bucket in buckets:
             for _, visible_at, deliveries, _ in self.buckets.unacked(bucket):
                 if visible_at <= now:
@@ -760,18 +797,19 @@ class Queue:
         Returns:
             How many messages were removed.
         """
-        self._refresh_bounds()
         now = _now_ms()
         rows = [
             (bucket, message_id, expires_at)
-            for bucket in self._live_buckets()
+            for bucket in self.live_buckets()
             for message_id, _, _, expires_at in self.buckets.unacked(bucket)
         ]
         self.buckets.mark_acked(rows, now)
         self.maintain()
         return len(rows)
 
-    def _live_buckets(self) -> list[int]:
+    def live_buckets(self) -> list[int]:
+        """Buckets not dropped yet, from the head to the one of the newest id (fresh read)."""
+        self._refresh_bounds()
         last = self.buckets.bucket_of(max(self._tail - 1, 0))
         return list(range(self._head, last + 1)) if self._tail > 0 else []
 

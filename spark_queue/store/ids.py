@@ -50,10 +50,21 @@ class IdBlocks:
         queue_id: The queue incarnation.
         queue_name: For error messages.
         lifetime: Seconds a block's ids may be handed out after it was requested.
+        bucket_size: The queue's; bounds the block size.
     """
 
-    def __init__(self, store: Store, queue_id: uuid.UUID, queue_name: str, lifetime: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        queue_id: uuid.UUID,
+        queue_name: str,
+        lifetime: float,
+        bucket_size: int,
+    ) -> None:
         self._store = store
+        # A block much larger than a bucket would spread reserved, empty ids
+        # over buckets that readers must scan until they are sealed.
+        self._max_block = min(MAX_BLOCK, max(bucket_size, MIN_BLOCK))
         self._queue_id = queue_id
         self._queue_name = queue_name
         self._lifetime = lifetime
@@ -74,7 +85,7 @@ class IdBlocks:
                 now = time.monotonic()
                 if self._next >= self._end or now - self._requested_at > self._lifetime:
                     self._grow_or_shrink(now)
-                    self._allocate(max(self._block, min(count, MAX_BLOCK)))
+                    self._allocate(max(self._block, min(count, self._max_block)))
                 n = min(count, self._end - self._next)
                 leases.append(IdLease(self._next, n, self._requested_at))
                 self._next += n
@@ -86,7 +97,7 @@ class IdBlocks:
         # blocks. A block that grew old means a slow one: smaller blocks, fewer gaps.
         if self._requested_at and self._next >= self._end:
             if now - self._requested_at < self._lifetime / 4:
-                self._block = min(self._block * 2, MAX_BLOCK)
+                self._block = min(self._block * 2, self._max_block)
         elif self._requested_at:
             self._block = max(self._block // 2, MIN_BLOCK)
 

@@ -17,9 +17,12 @@ from spark_queue.store.session import Store
 
 _ENTRY = struct.Struct(">qqqqi")
 
-RECORD = "INSERT INTO {ks}.journal (queue_id, consumer, step, part, deliveries) VALUES (?, ?, ?, ?, ?)"
+RECORD = (
+    "INSERT INTO {ks}.journal (queue_id, consumer, step, part, deliveries) VALUES (?, ?, ?, ?, ?)"
+)
 READ_PART = (
-    "SELECT deliveries FROM {ks}.journal WHERE queue_id = ? AND consumer = ? AND step = ? AND part = ?"
+    "SELECT deliveries FROM {ks}.journal"
+    " WHERE queue_id = ? AND consumer = ? AND step = ? AND part = ?"
 )
 READ_STEP = (
     "SELECT part, deliveries FROM {ks}.journal WHERE queue_id = ? AND consumer = ? AND step = ?"

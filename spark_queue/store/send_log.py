@@ -1,4 +1,4 @@
-"""Progress records of idempotent sends, one per (writer, batch, part) and queue."""
+"""Progress records of idempotent sends, one per (writer, batch, part, chunk) and queue."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from spark_queue.store.session import Store
 
 READ = (
     "SELECT state, ids, toUnixTimestamp(written_at) FROM {ks}.send_log"
-    " WHERE queue_id = ? AND writer = ? AND batch_id = ? AND part = ?"
+    " WHERE queue_id = ? AND writer = ? AND batch_id = ? AND part = ? AND chunk = ?"
 )
 WRITE = (
-    "INSERT INTO {ks}.send_log (queue_id, writer, batch_id, part, state, ids, written_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO {ks}.send_log (queue_id, writer, batch_id, part, chunk, state, ids, written_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -43,10 +43,12 @@ class SendLog:
         self.store = store
         self.queue_id = queue_id
 
-    def read(self, writer: str, batch: int, part: int) -> tuple[SendState, list[int], int] | None:
+    def read(
+        self, writer: str, batch: int, part: int, chunk: int
+    ) -> tuple[SendState, list[int], int] | None:
         """``(state, ids, written_at)`` of an earlier attempt, or None."""
         row = self.store.execute(
-            READ, (self.queue_id, writer, batch, part), what="reading the send log"
+            READ, (self.queue_id, writer, batch, part, chunk), what="reading the send log"
         ).one()
         if row is None:
             return None
@@ -57,12 +59,13 @@ class SendLog:
         writer: str,
         batch: int,
         part: int,
+        chunk: int,
         state: SendState,
         ids: Sequence[int],
         written_at: int,
     ) -> None:
         self.store.execute(
             WRITE,
-            (self.queue_id, writer, batch, part, state.value, _pack(ids), written_at),
+            (self.queue_id, writer, batch, part, chunk, state.value, _pack(ids), written_at),
             what="recording send progress",
         )

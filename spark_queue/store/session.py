@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -171,6 +172,12 @@ class Store:
         """
         if not statements:
             return []
+        if len(statements) == 1:  # no need for the concurrent machinery
+            statement, params = statements[0]
+            if isinstance(statement, str):
+                statement = self.prepare(statement)
+            with translate_errors(what):
+                return [self.session.execute(statement, tuple(params))]
         resolved = [(self.prepare(s) if isinstance(s, str) else s, tuple(p)) for s, p in statements]
         with translate_errors(what):
             results = execute_concurrent(
@@ -224,6 +231,9 @@ def _make_cluster(settings: ConnectionSettings) -> Cluster:
     return Cluster(
         contact_points,
         port=port,
+        # Requests over one 4 KiB write (a batch of messages) would otherwise
+        # wait ~40 ms for the server's delayed ACK (Nagle's algorithm).
+        sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         auth_provider=auth,
         execution_profiles=profiles,
         connect_timeout=settings.connect_timeout,
