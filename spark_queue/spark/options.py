@@ -1,0 +1,154 @@
+"""Options of the ``bdq`` data source, parsed once into typed, picklable values.
+
+Option names are case-insensitive. A bad value fails when the query starts,
+with a message naming the option, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spark_queue.config import ConnectionSettings, check_queue_name
+from spark_queue.errors import InvalidSetting
+
+#: Connection options, by their spelling in the docs, with the settings field behind each.
+CONNECTION_OPTIONS = {
+    "hosts": "hosts",
+    "keyspace": "keyspace",
+    "localDc": "local_dc",
+    "username": "username",
+    "password": "password",
+    "consistency": "consistency",
+}
+SOURCE_OPTIONS = ("queue", "visibilityTimeout", "maxMessagesPerTrigger", "orderHint")
+SINK_OPTIONS = ("queue", "writerId")
+#: Spark's own options, which it passes on to sources and sinks.
+SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
+
+#: Messages one micro-batch leases when no limit is set (bounds executor memory).
+DEFAULT_MAX_MESSAGES_PER_TRIGGER = 100_000
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*")
+_UNIT_SECONDS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {k.lower(): v for k, v in options.items() if v is not None}
+
+
+def _check_known(options: Mapping[str, str], own: tuple[str, ...], role: str) -> None:
+    names = [*own, *CONNECTION_OPTIONS]
+    allowed = {n.lower() for n in names} | SPARK_OPTIONS
+    for key in options:
+        if key not in allowed:
+            raise InvalidSetting(
+                f"option {key!r}: unknown for the bdq {role}; known options: {', '.join(names)}"
+            )
+
+
+def parse_duration(option: str, value: str) -> float:
+    """Seconds from '30s', '500ms', '2m', '1h' or a plain number of seconds."""
+    match = _DURATION.fullmatch(str(value))
+    seconds = float(match[1]) * _UNIT_SECONDS[match[2]] if match else 0.0
+    if seconds <= 0:
+        raise InvalidSetting(
+            f"option {option!r} = {value!r}: must be a positive duration such as '30s' or '500ms'"
+        )
+    return seconds
+
+
+def parse_positive_int(option: str, value: str, high: int) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = 0
+    if not 1 <= number <= high:
+        raise InvalidSetting(
+            f"option {option!r} = {value!r}: must be a whole number from 1 to {high}"
+        )
+    return number
+
+
+def connection_settings(options: Mapping[str, str]) -> ConnectionSettings:
+    """Connection settings from the options; the BDQ_* environment fills the gaps."""
+    given: dict[str, Any] = {
+        field: options.get(name.lower()) for name, field in CONNECTION_OPTIONS.items()
+    }
+    try:
+        return ConnectionSettings.from_env(**given)
+    except InvalidSetting as e:
+        raise InvalidSetting(f"bdq connection options: {e}") from e
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Options of ``spark.readStream.format("bdq")`` and ``spark.read.format("bdq")``.
+
+    Attributes:
+        queue: Queue to read (required).
+        connection: Where the queue lives.
+        visibility_timeout: Lease per micro-batch in seconds; None for the queue's.
+        max_messages_per_trigger: Most messages per micro-batch; None for no
+            option (Spark's ReadAllAvailable, capped at 100000 per batch).
+        order_hint: K per receive; None for the queue's.
+    """
+
+    queue: str
+    connection: ConnectionSettings
+    visibility_timeout: float | None
+    max_messages_per_trigger: int | None
+    order_hint: int | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        opts = _lower(options)
+        _check_known(opts, SOURCE_OPTIONS, "source")
+        if "queue" not in opts:
+            raise InvalidSetting("option 'queue' is required: the name of the queue to read")
+        vt = opts.get("visibilitytimeout")
+        limit = opts.get("maxmessagespertrigger")
+        hint = opts.get("orderhint")
+        return cls(
+            queue=check_queue_name(opts["queue"]),
+            connection=connection_settings(opts),
+            visibility_timeout=None if vt is None else parse_duration("visibilityTimeout", vt),
+            max_messages_per_trigger=None
+            if limit is None
+            else parse_positive_int("maxMessagesPerTrigger", limit, 10_000_000),
+            order_hint=None if hint is None else parse_positive_int("orderHint", hint, 1000),
+        )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Options of ``df.writeStream.format("bdq")`` and ``df.write.format("bdq")``.
+
+    Attributes:
+        queue: Default target queue; None when every row names one in a ``queue`` column.
+        connection: Where the queues live.
+        writer_id: Stable identity of the writer. With it, a retried task or a
+            replayed micro-batch never adds duplicate messages.
+    """
+
+    queue: str | None
+    connection: ConnectionSettings
+    writer_id: str | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        opts = _lower(options)
+        _check_known(opts, SINK_OPTIONS, "sink")
+        writer_id = opts.get("writerid")
+        if writer_id is not None and not re.fullmatch(r"[A-Za-z0-9_.:\-]{1,200}", writer_id):
+            raise InvalidSetting(
+                f"option 'writerId' = {writer_id!r}: must be 1-200 letters, digits or '_.:-'"
+            )
+        queue = opts.get("queue")
+        return cls(
+            queue=None if queue is None else check_queue_name(queue),
+            connection=connection_settings(opts),
+            writer_id=writer_id,
+        )

@@ -1,0 +1,316 @@
+"""The streaming source: queue buckets as input partitions, leases in executors, acks on commit.
+
+How a micro-batch maps onto the queue:
+
+* **Offsets** are steps of one stream: ``{"stream", "step", "buckets", "limit"}``.
+  ``stream`` is made once by ``initialOffset`` and kept in the checkpoint, so
+  it names this query across restarts. A step lists the buckets that held
+  visible messages when Spark asked (``latestOffset``), and the batch's limit.
+* **Partitions**: one per listed bucket, each with its share of the limit.
+  ``read`` runs in an executor: it receives from its bucket under the
+  visibility timeout and records what it leased in the queue's journal
+  before returning it, so a replay of the step returns the same messages.
+* **Commit**: Spark commits step N while planning N+1; the source acks what
+  step N leased (one conditional write per bucket). When no new message
+  shows after a step that leased some, the source answers with one empty
+  step so that Spark commits the last one: an idle stream never lets its
+  processed messages' leases run out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_queue.client import QueueClient
+from spark_queue.config import ConnectionSettings
+from spark_queue.errors import InvalidSetting
+from spark_queue.message import Message
+from spark_queue.queue import MAX_BATCH, Queue
+from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
+from spark_queue.store.session import Store
+
+log = logging.getLogger(__name__)
+
+SCHEMA = StructType(
+    [
+        StructField("queue", StringType()),
+        StructField("id", LongType()),
+        StructField("bucket", LongType()),
+        StructField("payload", BinaryType()),
+        StructField("headers", MapType(StringType(), StringType())),
+        StructField("enqueued_at", TimestampType()),
+        StructField("delivery_count", IntegerType()),
+    ]
+)
+ARROW_SCHEMA = pa.schema(
+    [
+        ("queue", pa.string()),
+        ("id", pa.int64()),
+        ("bucket", pa.int64()),
+        ("payload", pa.binary()),
+        ("headers", pa.map_(pa.string(), pa.string())),
+        ("enqueued_at", pa.timestamp("us", tz="UTC")),
+        ("delivery_count", pa.int32()),
+    ]
+)
+
+#: Most input partitions (buckets) one micro-batch reads.
+MAX_PARTITIONS = 64
+#: Buckets listed beyond what the limit strictly needs, for buckets only partly visible.
+EXTRA_BUCKETS = 3
+#: Seconds an "all quiet" answer of latestOffset is reused (Spark polls every ~10 ms).
+IDLE_POLL = 0.1
+#: Seconds between two counts reported in the streaming progress.
+REPORT_INTERVAL = 10.0
+
+
+@dataclass(frozen=True)
+class Offset:
+    """One step of the stream, as Spark stores it in the checkpoint."""
+
+    stream: str
+    step: int
+    buckets: tuple[int, ...] = ()
+    limit: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "step": self.step,
+            "buckets": list(self.buckets),
+            "limit": self.limit,
+        }
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Offset:
+        try:
+            return cls(
+                str(value["stream"]),
+                int(value["step"]),
+                tuple(value.get("buckets", ())),
+                int(value.get("limit", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise InvalidSetting(
+                f"offset {json.dumps(value)}: not a bdq offset"
+                " (was the checkpoint written by another source?)"
+            ) from e
+
+
+@dataclass(frozen=True)
+class BucketPartition(InputPartition):
+    """What one task needs to read its share: everything travels in here (no driver state)."""
+
+    options: SourceOptions
+    buckets: tuple[int, ...]
+    max_messages: int
+    stream: str = ""
+    step: int = 0
+    part: int = 0
+    peek: bool = False
+    value: Any = field(default=None, repr=False)  # InputPartition's own attribute
+
+
+# -- executor side ------------------------------------------------------------------
+
+_clients: dict[tuple[int, ConnectionSettings], QueueClient] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client(settings: ConnectionSettings) -> QueueClient:
+    """One client per Python worker process and settings, made after the fork."""
+    key = (os.getpid(), settings)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = QueueClient(store=Store.shared(settings))
+        return client
+
+
+def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
+    """Receive (or peek) one partition's messages as one Arrow batch."""
+    options = partition.options
+    queue = shared_client(options.connection).queue(options.queue)
+    messages: Sequence[Message]
+    if partition.peek:
+        messages = queue.peek(partition.max_messages, buckets=partition.buckets)
+    else:
+        messages = queue.receive_step(
+            partition.stream,
+            partition.step,
+            partition.part,
+            partition.max_messages,
+            visibility_timeout=options.visibility_timeout,
+            order_hint=options.order_hint,
+            buckets=partition.buckets,
+        )
+    if messages:
+        yield to_record_batch(queue.name, messages)
+
+
+def to_record_batch(queue: str, messages: Sequence[Message]) -> pa.RecordBatch:
+    """Messages as an Arrow batch of exactly the source schema."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([queue] * len(messages), pa.string()),
+            pa.array([m.id for m in messages], pa.int64()),
+            pa.array([m.bucket for m in messages], pa.int64()),
+            pa.array([m.payload for m in messages], pa.binary()),
+            pa.array(
+                [list(m.headers.items()) for m in messages], pa.map_(pa.string(), pa.string())
+            ),
+            pa.array([m.enqueued_at for m in messages], pa.timestamp("us", tz="UTC")),
+            pa.array([m.delivery_count for m in messages], pa.int32()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def split(total: int, parts: int) -> list[int]:
+    """``total`` spread over ``parts`` as evenly as whole numbers go."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+# -- driver side ----------------------------------------------------------------------
+
+
+class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of leased messages; see the module docstring."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._idle_answer: tuple[str, float] | None = None
+        self._available_now_tail: int | None = None
+        self._acked_step: int | None = None
+        self._report: tuple[float, dict[str, Any]] | None = None
+
+    def _queue(self) -> Queue:
+        return shared_client(self.options.connection).queue(self.options.queue)
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._queue()  # an unknown queue fails at query start, not at the first batch
+        return Offset(stream=uuid.uuid4().hex, step=0).to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_messages_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = Offset.from_dict(start)
+        key = json.dumps(start, sort_keys=True)
+        if (
+            self._idle_answer
+            and self._idle_answer[0] == key
+            and time.monotonic() < self._idle_answer[1]
+        ):
+            return start
+        max_rows = (
+            limit.max_rows if isinstance(limit, ReadMaxRows) else DEFAULT_MAX_MESSAGES_PER_TRIGGER
+        )
+        queue = self._queue()
+        wanted = min(
+            MAX_PARTITIONS,
+            max_rows,
+            math.ceil(max_rows / queue.settings.bucket_size) + EXTRA_BUCKETS,
+        )
+        buckets = queue.visible_buckets(wanted, below=self._available_now_tail)
+        if buckets:
+            return Offset(begin.stream, begin.step + 1, tuple(buckets), max_rows).to_dict()
+        if begin.buckets:
+            # Nothing new, but the last step leased messages: an empty step
+            # makes Spark commit it now instead of after the next message.
+            return Offset(begin.stream, begin.step + 1).to_dict()
+        self._idle_answer = (key, time.monotonic() + IDLE_POLL)
+        return start
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        last = Offset.from_dict(end)
+        if not last.buckets or last.step == Offset.from_dict(start).step:
+            return []
+        # One receive returns at most MAX_BATCH messages; a bigger share gains nothing.
+        shares = [min(share, MAX_BATCH) for share in split(last.limit, len(last.buckets))]
+        return [
+            BucketPartition(self.options, (bucket,), share, last.stream, last.step, part)
+            for part, (bucket, share) in enumerate(zip(last.buckets, shares, strict=True))
+            if share > 0
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, BucketPartition)
+        return read_partition(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        last = Offset.from_dict(end)
+        first = last.step if self._acked_step is None else self._acked_step + 1
+        queue = self._queue()
+        for step in range(first, last.step + 1):
+            acked, stale = queue.ack_step(last.stream, step)
+            if stale:
+                log.warning(
+                    "bdq source %r: step %d: %d message(s) were redelivered elsewhere before the"
+                    " commit (lease ran out): duplicates downstream",
+                    self.options.queue,
+                    step,
+                    stale,
+                )
+            log.debug("bdq source %r: step %d acked %d message(s)", self.options.queue, step, acked)
+        self._acked_step = max(last.step, self._acked_step or 0)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        now = time.monotonic()
+        if self._report is None or now - self._report[0] >= REPORT_INTERVAL:
+            stats = self._queue().stats()
+            self._report = (
+                now,
+                {"visible": stats.visible, "inFlight": stats.in_flight, "delayed": stats.delayed},
+            )
+        return self._report[1]
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        queue = self._queue()
+        queue.live_buckets()  # refreshes the handle's view of the sequence
+        self._available_now_tail = queue.tail
+
+
+class BdqBatchReader(DataSourceReader):
+    """``spark.read.format("bdq")``: every visible message, peeked (not received)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        queue = shared_client(self.options.connection).queue(self.options.queue)
+        size = queue.settings.bucket_size
+        return [BucketPartition(self.options, (b,), size, peek=True) for b in queue.live_buckets()]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, BucketPartition)
+        return read_partition(partition)
