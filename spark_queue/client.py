@@ -135,6 +135,11 @@ class QueueClient:
             max_message_bytes=max_message_bytes,
             seal_delay=seal_delay,
         )
+        if exist_ok:
+            try:
+                return self.queue(name)  # one read, not three LWTs and two tombstones
+            except QueueNotFound:
+                pass
         if dead_letter_queue is not None:
             if dead_letter_queue == name:
                 raise InvalidSetting(

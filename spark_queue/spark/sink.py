@@ -9,10 +9,12 @@ Guarantees:
 * Without ``writerId``: at-least-once. A retried task or a replayed
   micro-batch sends its rows again (like Spark's Kafka sink).
 * With ``writerId``: no duplicates. Each task sends its rows in chunks keyed
-  by (writerId, batch id, partition, chunk) through the queue's idempotent
-  send, so a retried task or replayed batch finishes what the first attempt
-  began instead of sending again. This needs deterministic input (the same
-  rows in the same order on replay), as a bdq or Kafka source gives. For
+  by (writerId and the query id, batch id, partition, chunk) through the
+  queue's idempotent send, so a retried task or replayed batch finishes what
+  the first attempt began instead of sending again. The query id comes from
+  the checkpoint, so one writerId may serve several checkpoints safely.
+  This needs deterministic input (the same rows in the same order on
+  replay), as a bdq or Kafka source gives. For
   ``df.write`` (no batch id), one writerId names one write: running the same
   write again with the same writerId sends nothing.
 """
@@ -102,9 +104,21 @@ class SinkCommit(WriterCommitMessage):
 
 
 def write_batches(
-    options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_id: int | None
+    options: SinkOptions,
+    batches: Iterator[pa.RecordBatch],
+    batch_id: int | None,
+    query_id: str | None = None,
 ) -> SinkCommit:
-    """Send the rows of one task, chunk by chunk per target queue."""
+    """Send the rows of one task, chunk by chunk per target queue.
+
+    With a writer id, sends are keyed by (writer id and the streaming query's
+    id, batch, partition, chunk). The query id lives in the checkpoint: a
+    restart keeps it, a new checkpoint (whose batch ids start again at 0)
+    gets a new one, so reusing a writer id never mistakes new rows for old.
+    """
+    writer = None
+    if options.writer_id is not None:
+        writer = options.writer_id if query_id is None else f"{options.writer_id}@{query_id}"
     context = TaskContext.get()
     part = context.partitionId() if context else 0
     client = shared_client(options.connection)
@@ -121,11 +135,11 @@ def write_batches(
         payloads = [r[0] for r in rows]
         headers = [r[1] for r in rows]
         delays = [r[2] for r in rows]
-        if options.writer_id is None:
+        if writer is None:
             queue.send_batch(payloads, headers=headers, delay=delays)
         else:
             queue.send_batch_once(
-                options.writer_id,
+                writer,
                 batch_id or 0,
                 part,
                 payloads,
@@ -186,7 +200,10 @@ class BdqStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = TaskContext.get()
         batch = context.getLocalProperty("streaming.sql.batchId") if context else None
-        return write_batches(self.options, iterator, int(batch) if batch is not None else None)
+        query = context.getLocalProperty("sql.streaming.queryId") if context else None
+        return write_batches(
+            self.options, iterator, int(batch) if batch is not None else None, query
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _log_commit(messages, f"batch {batchId}")
