@@ -41,6 +41,9 @@ START_TIMEOUT = 240.0
 STOP_TIMEOUT = 90.0
 LOG_TAIL_LINES = 40
 
+# Nodes this process launched, by pid (see LocalCluster._launch).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
 # From Cassandra's conf/jvm17-server.options (JPMS, netty) and its G1 settings.
 JVM17_FLAGS = (
     "-XX:+UseG1GC",
@@ -93,7 +96,7 @@ def default_home() -> Path:
 
 
 def default_conf_dir() -> Path:
-    """Where the node templates live: ``$BDQ_CONF_DIR/cassandra``, else the checkout's ``conf/cassandra``."""
+    """Where the node templates live: ``$BDQ_CONF_DIR/cassandra``, else ``conf/cassandra``."""
     if os.environ.get("BDQ_CONF_DIR"):
         return Path(os.environ["BDQ_CONF_DIR"]).expanduser() / "cassandra"
     root = _project_root()
@@ -267,14 +270,18 @@ class LocalCluster:
             if pid is not None:
                 recorded = self._recorded(index)
                 version = _wait_for_cql(recorded, pid, timeout)
-                echo(f"node{index} already running at {recorded.address}:{recorded.native_port}"
-                     f" (pid {pid}, Cassandra {version})")
+                echo(
+                    f"node{index} already running at {recorded.address}:{recorded.native_port}"
+                    f" (pid {pid}, Cassandra {version})"
+                )
                 continue
             _check_ports_free(spec)
             self._write_config(spec, auto_bootstrap=index > 1, settings=settings or {})
             pid = self._launch(spec, java, classpath, agent)
-            echo(f"node{index} starting at {spec.address}:{spec.native_port} (pid {pid}),"
-                 f" log {spec.log_file}")
+            echo(
+                f"node{index} starting at {spec.address}:{spec.native_port} (pid {pid}),"
+                f" log {spec.log_file}"
+            )
             version = _wait_for_cql(spec, pid, timeout)
             echo(f"node{index} ready: Cassandra {version} at {spec.address}:{spec.native_port}")
         return self.status()
@@ -293,8 +300,10 @@ class LocalCluster:
                 " install it (for example 'apt-get install maven') or set BDQ_CASSANDRA_HOSTS"
             )
         cache.parent.mkdir(parents=True, exist_ok=True)
-        echo(f"resolving org.apache.cassandra:cassandra-all:{self.version} with Maven"
-             " (first run only)...")
+        echo(
+            f"resolving org.apache.cassandra:cassandra-all:{self.version} with Maven"
+            " (first run only)..."
+        )
         command = [
             mvn, "-q", "-B", "-f", str(self.conf_dir / "pom.xml"),
             f"-Dcassandra.version={self.version}",
@@ -372,6 +381,9 @@ class LocalCluster:
                 start_new_session=True,  # outlives the CLI that started it
             )
         spec.pid_file.write_text(f"{process.pid}\n")
+        # Keep the Popen object: dropping it while the node runs makes Python warn
+        # (ResourceWarning), which pytest's filterwarnings=error turns into a failure.
+        _CHILDREN[process.pid] = process
         return process.pid
 
     # -- stop / status -------------------------------------------------------
@@ -409,8 +421,9 @@ class LocalCluster:
         for spec in self.known_nodes():
             pid = _live_pid(spec.pid_file)
             version = probe_cql(spec.address, spec.native_port) if pid is not None else None
+            running = pid is not None
             result.append(
-                NodeStatus(spec.index, spec.address, spec.native_port, pid is not None, pid, version)
+                NodeStatus(spec.index, spec.address, spec.native_port, running, pid, version)
             )
         return result
 
@@ -424,7 +437,8 @@ def find_java() -> str:
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if not java or not Path(java).exists():
         raise LocalNodeError(
-            "Java was not found (JAVA_HOME unset and no 'java' on PATH): Cassandra 5.0 needs Java 17"
+            "Java was not found (JAVA_HOME unset and no 'java' on PATH):"
+            " Cassandra 5.0 needs Java 17"
         )
     out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
     match = re.search(r'version "(\d+)', out)
@@ -450,36 +464,53 @@ def _override_yaml(text: str, settings: Mapping[str, str]) -> str:
 
 
 def _live_pid(pid_file: Path) -> int | None:
-    """The recorded pid if that process is still alive (and not a zombie)."""
+    """The recorded pid if that process has not exited."""
     try:
         pid = int(pid_file.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
+    return None if _exited(pid) else pid
+
+
+def _exited(pid: int) -> bool:
+    """True once ``pid`` is gone: no such process, or a zombie whose threads have all ended.
+
+    The main thread of a JVM turns zombie while its other threads are still exiting
+    and holding the node's sockets; the ports are free only after the last one.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return None
+        return True
     except PermissionError:
-        return pid
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z"):
-            return None
-    return pid
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1][:1]
+    except FileNotFoundError:
+        return Path("/proc/self").exists()  # gone since kill(); without /proc, trust kill()
+    except OSError:
+        return False
+    if state != "Z":
+        return False
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except OSError:
+        return True
 
 
 def _wait_exit(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)  # reap it if we are its parent
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        if Path(f"/proc/{pid}/stat").exists():
-            with contextlib.suppress(OSError):
-                if Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z"):
-                    return True
+        child = _CHILDREN.get(pid)
+        if child is not None:
+            if child.poll() is not None:  # reaped: every thread has ended
+                del _CHILDREN[pid]
+                return True
+        else:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # reap it if we are its parent
+            if _exited(pid):
+                return True
         time.sleep(0.2)
     return False
 
@@ -492,6 +523,9 @@ def _check_ports_free(spec: NodeSpec) -> None:
         ("JMX", "127.0.0.1", spec.jmx_port),
     ):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # As the JVM's server sockets do: connections of a previous run lingering
+            # in TIME_WAIT do not hold the port; another listener does.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((address, port))
             except OSError as e:
@@ -516,6 +550,9 @@ def _wait_for_cql(spec: NodeSpec, pid: int, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if _live_pid(spec.pid_file) is None:
+            child = _CHILDREN.pop(pid, None)
+            if child is not None:
+                child.poll()  # reaps it
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             raise LocalNodeError(
@@ -553,27 +590,28 @@ def _quiet_driver() -> Iterator[None]:
 
 def probe_cql(address: str, port: int, timeout: float = 5.0) -> str | None:
     """``release_version`` of the node at ``address:port``, or None if it does not answer."""
-    from cassandra.cluster import Cluster
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import WhiteListRoundRobinPolicy
 
     if not _port_open(address, port):
         return None
     with _quiet_driver():
+        # An execution profile, not the legacy load_balancing_policy argument: that
+        # one warns (DeprecationWarning), and the tests turn warnings into errors.
+        profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([address]))
         cluster = Cluster(
             [address],
             port=port,
             connect_timeout=timeout,
             control_connection_timeout=timeout,
-            load_balancing_policy=WhiteListRoundRobinPolicy([address]),
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
             protocol_version=5,
         )
         try:
             session = cluster.connect()
-            row = session.execute(
-                "SELECT release_version FROM system.local", timeout=timeout
-            ).one()
+            row = session.execute("SELECT release_version FROM system.local", timeout=timeout).one()
             return str(row.release_version) if row else None
-        except Exception:  # noqa: BLE001 - any failure here means "not ready yet"
+        except Exception:  # any failure here means "not ready yet"
             return None
         finally:
             cluster.shutdown()

@@ -1,0 +1,1 @@
+"""Benchmarks the user can run (``bdq bench ...``), after the BlueDove paper."""

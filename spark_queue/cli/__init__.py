@@ -1,0 +1,36 @@
+"""The ``bdq`` command line: one group per area, each command a thin layer over the library."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+from spark_queue.cli.bench import bench
+from spark_queue.cli.cassandra import cassandra
+from spark_queue.cli.options import CommandGroup
+from spark_queue.cli.queue import ack, peek, queue, receive, send
+
+
+def _version() -> str:
+    try:
+        return version("spark-queue")
+    except PackageNotFoundError:  # run from a checkout without installing it
+        return "unknown (not installed)"
+
+
+@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", prog_name="bdq", message="%(prog)s %(version)s")
+def main() -> None:
+    """spark-queue: a message queue stored in Apache Cassandra, with a Spark connector.
+
+    Connection settings come from flags, then the BDQ_* environment variables,
+    then the local defaults (127.0.0.1:9042, keyspace bdq).
+    """
+
+
+main.add_command(cassandra)
+main.add_command(queue)
+for command in (send, receive, peek, ack):
+    main.add_command(command)
+main.add_command(bench)

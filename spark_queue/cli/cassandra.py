@@ -1,0 +1,304 @@
+"""``bdq cassandra``: the local Cassandra node (start, stop, status) and the queue keyspace."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from spark_queue.cli.options import (
+    CommandGroup,
+    connection_options,
+    echo_json,
+    echo_progress,
+    json_option,
+)
+from spark_queue.config import ENV_VARS, ConnectionSettings, HostPort, hosts_from_env
+from spark_queue.errors import InvalidSetting
+from spark_queue.local import cql
+from spark_queue.local.node import (
+    DEFAULT_HEAP,
+    START_TIMEOUT,
+    STOP_TIMEOUT,
+    LocalCluster,
+    NodeStatus,
+)
+
+HOSTS_VAR = ENV_VARS["hosts"]
+R = TypeVar("R")
+
+
+def _home_option(func: Callable[..., R]) -> Callable[..., R]:
+    return click.option(
+        "--home",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="BDQ_HOME",
+        show_envvar=True,
+        default=None,
+        help="Folder with the nodes' configuration, data and logs."
+        "  [default: .bdq/ in the checkout]",
+    )(func)
+
+
+def _parse_overrides(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, str]:
+    overrides = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(
+                f"{item!r}: must be KEY=VALUE with a top-level cassandra.yaml key,"
+                " such as 'concurrent_reads=8'",
+                ctx,
+                param,
+            )
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def _external_hosts() -> tuple[HostPort, ...] | None:
+    """The user's cluster from BDQ_CASSANDRA_HOSTS, or None (then local nodes are ours to run)."""
+    try:
+        return hosts_from_env()
+    except InvalidSetting as e:
+        raise InvalidSetting(f"{HOSTS_VAR}: {e}") from e
+
+
+def _say_external(hosts: tuple[HostPort, ...], what: str) -> None:
+    click.echo(
+        f"{HOSTS_VAR} is set ({', '.join(map(str, hosts))}): using that cluster, {what}."
+        f" Unset {HOSTS_VAR} to manage the local node."
+    )
+
+
+@click.group(cls=CommandGroup)
+def cassandra() -> None:
+    """The local Cassandra node: start, stop, status, and the queue keyspace.
+
+    Local nodes run Apache Cassandra from the official cassandra-all artifacts
+    (fetched with Maven on first use) on loopback addresses; their configuration,
+    data and logs live under --home. When BDQ_CASSANDRA_HOSTS names your own
+    cluster, start and stop do nothing and status asks that cluster.
+    """
+
+
+@cassandra.command()
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 9),
+    default=1,
+    show_default=True,
+    help="How many nodes; node i listens on the i-th address from --address, node 1 is the seed.",
+)
+@click.option(
+    "--address", default="127.0.0.1", show_default=True, help="Loopback address of node 1."
+)
+@click.option("--native-port", type=int, default=9042, show_default=True, help="CQL port.")
+@click.option("--storage-port", type=int, default=7000, show_default=True, help="Inter-node port.")
+@click.option(
+    "--jmx-port",
+    type=int,
+    default=7199,
+    show_default=True,
+    help="JMX port of node 1; node i uses jmx-port + i - 1.",
+)
+@click.option("--heap", default=DEFAULT_HEAP, show_default=True, help="JVM heap per node.")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_parse_overrides,
+    help="Override a top-level cassandra.yaml setting (repeatable).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=START_TIMEOUT,
+    show_default=True,
+    help="Seconds to wait for each node to answer CQL.",
+)
+@_home_option
+def start(
+    nodes: int,
+    address: str,
+    native_port: int,
+    storage_port: int,
+    jmx_port: int,
+    heap: str,
+    overrides: dict[str, str],
+    timeout: float,
+    home: Path | None,
+) -> None:
+    """Start the local node (or --nodes N of them) unless already running.
+
+    Returns once every node answers CQL and prints its version and address.
+    Nodes that are running are left alone, so this is safe to call before
+    anything that needs Cassandra. A node that fails to start prints the end of
+    its log and the command exits with status 1.
+    """
+    hosts = _external_hosts()
+    if hosts:
+        _say_external(hosts, "no local node started")
+        return
+    cluster = LocalCluster(
+        home,
+        address=address,
+        native_port=native_port,
+        storage_port=storage_port,
+        jmx_port=jmx_port,
+        heap=heap,
+    )
+    already = {s.index for s in cluster.status() if s.running}
+    began = time.monotonic()
+    statuses = cluster.start(nodes, settings=overrides, timeout=timeout, echo=echo_progress)
+    elapsed = time.monotonic() - began
+    for s in statuses:
+        if s.index > nodes:
+            continue
+        how = "already running" if s.index in already else "started"
+        click.echo(f"Cassandra {s.version} at {s.endpoint} (node{s.index}, pid {s.pid}, {how})")
+    if len(already) < nodes:
+        echo_progress(f"ready in {elapsed:.1f}s; data and logs under {cluster.home}")
+
+
+@cassandra.command()
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=STOP_TIMEOUT,
+    show_default=True,
+    help="Seconds to wait for each node to exit before killing it.",
+)
+@_home_option
+def stop(timeout: float, home: Path | None) -> None:
+    """Stop every local node under --home and wait until it has exited.
+
+    Data stays where it is; the next start finds it again.
+    """
+    hosts = _external_hosts()
+    if hosts:
+        _say_external(hosts, "no local node stopped")
+        return
+    cluster = LocalCluster(home)
+    stopped = cluster.stop(timeout=timeout, echo=echo_progress)
+    if stopped:
+        click.echo(f"stopped {stopped} node{'s' if stopped > 1 else ''} under {cluster.home}")
+    else:
+        click.echo(f"no local node running under {cluster.home}")
+
+
+def _state(running: bool, ready: bool) -> str:
+    if ready:
+        return "ready"
+    return "running, not answering CQL" if running else "stopped"
+
+
+def _local_rows(statuses: list[NodeStatus]) -> list[dict[str, Any]]:
+    return [
+        {
+            "node": f"node{s.index}",
+            "address": s.endpoint,
+            "state": _state(s.running, s.ready),
+            "running": s.running,
+            "ready": s.ready,
+            "pid": s.pid,
+            "version": s.version,
+        }
+        for s in statuses
+    ]
+
+
+def _external_rows(hosts: tuple[HostPort, ...]) -> list[dict[str, Any]]:
+    settings = ConnectionSettings.from_env()
+    rows = []
+    for host in hosts:
+        version = cql.release_version(settings, host)
+        rows.append(
+            {
+                "node": str(host),
+                "address": str(host),
+                "state": "ready" if version else "not answering CQL",
+                "running": None,  # not ours to know: the process is on the user's machines
+                "ready": version is not None,
+                "pid": None,
+                "version": version,
+            }
+        )
+    return rows
+
+
+@cassandra.command()
+@json_option
+@_home_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool, home: Path | None) -> None:
+    """Show each node: running or not, ready (answers CQL), pid, version, address.
+
+    With BDQ_CASSANDRA_HOSTS set, asks each listed host of that cluster instead.
+
+    Exit status: 0 when every node listed is ready; 1 when any is not, or when
+    there is no node at all (never started under --home).
+    """
+    hosts = _external_hosts()
+    if hosts:
+        source, where = HOSTS_VAR, ", ".join(map(str, hosts))
+        rows = _external_rows(hosts)
+    else:
+        cluster = LocalCluster(home)
+        source, where = "local", str(cluster.home)
+        rows = _local_rows(cluster.status())
+    if as_json:
+        echo_json({"source": source, "where": where, "nodes": rows})
+    elif not rows:
+        click.echo(f"no local node under {where}; start one with 'bdq cassandra start'")
+    else:
+        title = f"Cassandra from {HOSTS_VAR}" if hosts else f"Local Cassandra under {where}"
+        table = Table(title=title, title_justify="left")
+        for column in ("node", "address", "state", "pid", "version"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(
+                row["node"],
+                row["address"],
+                row["state"],
+                str(row["pid"]) if row["pid"] else "-",
+                row["version"] or "-",
+            )
+        Console(soft_wrap=True).print(table)
+    if not rows or not all(row["ready"] for row in rows):
+        ctx.exit(1)
+
+
+@cassandra.command("create-keyspace")
+@connection_options
+@click.option(
+    "--replication-factor",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replicas per data center.  [default: 1]",
+)
+def create_keyspace(settings: ConnectionSettings, replication_factor: int | None) -> None:
+    """Create the queue keyspace (--keyspace, default bdq) unless it exists.
+
+    Replication is SimpleStrategy, or NetworkTopologyStrategy in --local-dc when
+    that is given. An existing keyspace is left as it is.
+    """
+    if replication_factor is not None:
+        settings = dataclasses.replace(settings, replication_factor=replication_factor)
+    created = cql.ensure_keyspace(settings)
+    where = ", ".join(map(str, settings.hosts))
+    if created:
+        click.echo(
+            f"keyspace {settings.keyspace} created at {where}"
+            f" (replication factor {settings.replication_factor})"
+        )
+    else:
+        click.echo(f"keyspace {settings.keyspace} already exists at {where}")

@@ -1,0 +1,126 @@
+"""What every ``bdq`` command shares: connection flags, ``--json`` output and error reporting.
+
+A command that talks to Cassandra takes :func:`connection_options` and receives
+one checked :class:`~spark_queue.config.ConnectionSettings` as ``settings``::
+
+    @queue.command()
+    @connection_options
+    @json_option
+    def peek(settings: ConnectionSettings, as_json: bool) -> None: ...
+
+Each flag falls back to its ``BDQ_*`` environment variable, then to the default
+of ``ConnectionSettings``. Groups built with :class:`CommandGroup` turn any
+:class:`~spark_queue.errors.SparkQueueError` raised below them into
+``Error: <message>`` on stderr and exit code 1, without a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from spark_queue.config import CONSISTENCY_LEVELS, ENV_VARS, ConnectionSettings
+from spark_queue.errors import SparkQueueError
+
+R = TypeVar("R")
+
+# (parameter name, flag, help) in the order --help lists them.
+_CONNECTION_FLAGS = (
+    ("hosts", "--hosts", "Contact points, a comma list of host[:port].  [default: 127.0.0.1:9042]"),
+    ("keyspace", "--keyspace", "Keyspace that holds the queues.  [default: bdq]"),
+    ("username", "--username", "User for password authentication."),
+    ("password", "--password", "Password for password authentication."),
+    ("local_dc", "--local-dc", "Data center of the load-balancing policy."),
+    (
+        "consistency",
+        "--consistency",
+        f"Read/write consistency, one of {', '.join(CONSISTENCY_LEVELS)}.  [default: LOCAL_QUORUM]",
+    ),
+)
+
+
+class CommandGroup(click.Group):
+    """A click group that reports spark-queue errors as a message and exit code 1.
+
+    Subcommands run inside the group's ``invoke``, so one group of this class at
+    the root covers every command below it; subgroups use it too so that they
+    behave the same when invoked on their own (as tests do).
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the group and its subcommand, translating SparkQueueError."""
+        try:
+            return super().invoke(ctx)
+        except SparkQueueError as e:
+            raise click.ClickException(str(e)) from e
+
+
+def connection_options(func: Callable[..., R]) -> Callable[..., R]:
+    """Add the connection flags to a command and pass it ``settings`` instead.
+
+    The flags are ``--hosts``, ``--keyspace``, ``--username``, ``--password``,
+    ``--local-dc`` and ``--consistency``; each (but ``--consistency``) reads its
+    ``BDQ_*`` environment variable when not given.
+
+    Args:
+        func: A click command callback that takes ``settings: ConnectionSettings``.
+
+    Returns:
+        The callback with the flags attached.
+    """
+    names = [name for name, _, _ in _CONNECTION_FLAGS]
+
+    @functools.wraps(func)
+    def with_settings(*args: Any, **kwargs: Any) -> R:
+        given = {name: kwargs.pop(name) for name in names}
+        kwargs["settings"] = ConnectionSettings.from_env(**given)
+        return func(*args, **kwargs)
+
+    command: Callable[..., R] = with_settings
+    for name, flag, help_text in reversed(_CONNECTION_FLAGS):
+        envvar = ENV_VARS.get(name)
+        command = click.option(
+            flag,
+            name,
+            envvar=envvar,
+            show_envvar=envvar is not None,
+            default=None,
+            help=help_text,
+        )(command)
+    return command
+
+
+def json_option(func: Callable[..., R]) -> Callable[..., R]:
+    """Add ``--json`` (parameter ``as_json``): print machine-readable JSON instead of text.
+
+    Args:
+        func: A click command callback that takes ``as_json: bool``.
+
+    Returns:
+        The callback with the flag attached.
+    """
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(
+        func
+    )
+
+
+def echo_json(value: Any) -> None:
+    """Print ``value`` as indented JSON on stdout (paths, enums and the like as strings).
+
+    Args:
+        value: Anything ``json.dumps`` can write once non-JSON values become strings.
+    """
+    click.echo(json.dumps(value, indent=2, default=str))
+
+
+def echo_progress(message: str) -> None:
+    """Print a progress line on stderr, so stdout keeps only the command's result.
+
+    Args:
+        message: One line of progress.
+    """
+    click.echo(message, err=True)

@@ -1,0 +1,261 @@
+"""`bdq queue ...`, `bdq send`, `bdq receive`, `bdq peek`, `bdq ack`: the client as commands."""
+
+from __future__ import annotations
+
+import base64
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
+from spark_queue.client import QueueClient
+from spark_queue.config import ConnectionSettings
+from spark_queue.errors import InvalidSetting
+from spark_queue.message import Delivery, Message
+
+_console = Console()
+
+
+@click.group(cls=CommandGroup)
+def queue() -> None:
+    """Create, list, inspect, purge and delete queues."""
+
+
+@queue.command()
+@click.argument("name")
+@click.option("--bucket-size", type=int, default=1000, show_default=True, help="Ids per bucket.")
+@click.option(
+    "--visibility-timeout", type=float, default=30.0, show_default=True,
+    help="Seconds a received message stays invisible.",
+)  # fmt: skip
+@click.option(
+    "--order-hint", "-k", type=int, default=1, show_default=True,
+    help="K: pick among the oldest K visible messages (1 = best order).",
+)  # fmt: skip
+@click.option("--message-ttl", type=int, default=7 * 86400, show_default=True, help="Seconds.")
+@click.option("--max-deliveries", type=int, default=None, help="Move to the DLQ after this many.")
+@click.option("--dead-letter-queue", default=None, help="Queue taking messages past max.")
+@click.option("--max-message-bytes", type=int, default=256 * 1024, show_default=True)
+@click.option("--seal-delay", type=float, default=5.0, show_default=True, help="Seconds.")
+@click.option("--exist-ok", is_flag=True, help="Succeed if the queue exists already.")
+@connection_options
+def create(settings: ConnectionSettings, name: str, exist_ok: bool, **queue_settings: Any) -> None:
+    """Create queue NAME."""
+    with QueueClient(settings=settings) as client:
+        q = client.create_queue(name, exist_ok=exist_ok, **queue_settings)
+    click.echo(f"queue {q.name!r} ready (id {q.queue_id})")
+
+
+@queue.command(name="list")
+@connection_options
+@json_option
+def list_(settings: ConnectionSettings, as_json: bool) -> None:
+    """List the queues of the keyspace with their settings."""
+    with QueueClient(settings=settings) as client:
+        queues = [client.queue(name) for name in client.list_queues()]
+    rows = [{"name": q.name, **asdict(q.settings)} for q in queues]
+    if as_json:
+        echo_json(rows)
+        return
+    table = Table("queue", "bucket size", "visibility", "K", "ttl", "max deliveries", "DLQ")
+    for row in rows:
+        table.add_row(
+            row["name"],
+            str(row["bucket_size"]),
+            f"{row['visibility_timeout']:g}s",
+            str(row["order_hint"]),
+            f"{row['message_ttl']}s",
+            str(row["max_deliveries"] or "-"),
+            row["dead_letter_queue"] or "-",
+        )
+    _console.print(table)
+
+
+@queue.command()
+@click.argument("name")
+@click.option("--missing-ok", is_flag=True, help="Succeed if there is no such queue.")
+@connection_options
+def delete(settings: ConnectionSettings, name: str, missing_ok: bool) -> None:
+    """Delete queue NAME and its messages."""
+    with QueueClient(settings=settings) as client:
+        client.delete_queue(name, missing_ok=missing_ok)
+    click.echo(f"queue {name!r} deleted")
+
+
+@queue.command()
+@click.argument("name")
+@connection_options
+def purge(settings: ConnectionSettings, name: str) -> None:
+    """Remove every message of queue NAME."""
+    with QueueClient(settings=settings) as client:
+        count = client.queue(name).purge()
+    click.echo(f"purged {count} message(s) from {name!r}")
+
+
+@queue.command()
+@click.argument("name")
+@connection_options
+@json_option
+def stats(settings: ConnectionSettings, name: str, as_json: bool) -> None:
+    """Approximate counts of queue NAME: visible, in flight, delayed."""
+    with QueueClient(settings=settings) as client:
+        s = client.queue(name).stats()
+    counts = {
+        "visible": s.visible, "in_flight": s.in_flight, "delayed": s.delayed,
+        "total": s.total, "buckets": s.buckets,
+    }  # fmt: skip
+    if as_json:
+        echo_json({"queue": name, **counts})
+        return
+    table = Table("queue", *counts)
+    table.add_row(name, *(str(v) for v in counts.values()))
+    _console.print(table)
+
+
+# -- messages ---------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("queue_name", metavar="QUEUE")
+@click.argument("messages", nargs=-1)
+@click.option("--header", "-H", "headers", multiple=True, help="key=value, repeatable.")
+@click.option("--delay", type=float, default=0.0, help="Seconds before the messages show.")
+@connection_options
+@json_option
+def send(
+    settings: ConnectionSettings,
+    queue_name: str,
+    messages: Sequence[str],
+    headers: Sequence[str],
+    delay: float,
+    as_json: bool,
+) -> None:
+    """Send MESSAGE(s) to QUEUE; '-' reads one message per line from stdin."""
+    bodies = (
+        [line.rstrip("\n") for line in sys.stdin] if list(messages) == ["-"] else list(messages)
+    )
+    if not bodies:
+        raise InvalidSetting("messages: give at least one MESSAGE, or '-' to read lines from stdin")
+    header_map = _parse_headers(headers)
+    with QueueClient(settings=settings) as client:
+        q = client.queue(queue_name)
+        ids: list[int] = []
+        for start in range(0, len(bodies), 1000):
+            ids += q.send_batch(bodies[start : start + 1000], headers=header_map, delay=delay)
+    if as_json:
+        echo_json({"queue": queue_name, "ids": ids})
+    else:
+        click.echo(f"sent {len(ids)} message(s) to {queue_name!r}: ids {_id_span(ids)}")
+
+
+@click.command()
+@click.argument("queue_name", metavar="QUEUE")
+@click.option("-n", "max_messages", type=int, default=1, show_default=True, help="Most messages.")
+@click.option("--ack", is_flag=True, help="Ack what was received (consume it).")
+@click.option(
+    "--visibility-timeout", type=float, default=None, help="Seconds; default the queue's."
+)
+@click.option("--order-hint", "-k", type=int, default=None, help="K; default the queue's.")
+@click.option("--wait", type=float, default=0.0, help="Seconds to wait for a message.")
+@connection_options
+@json_option
+def receive(
+    settings: ConnectionSettings,
+    queue_name: str,
+    max_messages: int,
+    ack: bool,
+    visibility_timeout: float | None,
+    order_hint: int | None,
+    wait: float,
+    as_json: bool,
+) -> None:
+    """Receive messages from QUEUE under a lease (and ack them with --ack)."""
+    with QueueClient(settings=settings) as client:
+        q = client.queue(queue_name)
+        deliveries = q.receive(max_messages, visibility_timeout, order_hint, wait)
+        if ack and deliveries:
+            q.ack_batch([d.receipt for d in deliveries])
+    _print_messages(deliveries, as_json, receipts=not ack)
+
+
+@click.command()
+@click.argument("queue_name", metavar="QUEUE")
+@click.option("-n", "max_messages", type=int, default=10, show_default=True, help="Most messages.")
+@connection_options
+@json_option
+def peek(settings: ConnectionSettings, queue_name: str, max_messages: int, as_json: bool) -> None:
+    """Show visible messages of QUEUE without receiving them."""
+    with QueueClient(settings=settings) as client:
+        messages = client.queue(queue_name).peek(max_messages)
+    _print_messages(messages, as_json, receipts=False)
+
+
+@click.command()
+@click.argument("queue_name", metavar="QUEUE")
+@click.argument("receipts", nargs=-1, required=True)
+@connection_options
+def ack(settings: ConnectionSettings, queue_name: str, receipts: Sequence[str]) -> None:
+    """Ack messages of QUEUE by the RECEIPT(s) that `bdq receive` printed."""
+    with QueueClient(settings=settings) as client:
+        client.queue(queue_name).ack_batch(list(receipts))
+    click.echo(f"acked {len(receipts)} message(s)")
+
+
+def _parse_headers(pairs: Sequence[str]) -> dict[str, str]:
+    headers = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidSetting(f"header {pair!r}: must be key=value")
+        headers[key] = value
+    return headers
+
+
+def _id_span(ids: Sequence[int]) -> str:
+    return f"{ids[0]}" if len(ids) == 1 else f"{ids[0]}..{ids[-1]}"
+
+
+def _text(payload: bytes) -> tuple[str, str]:
+    """The payload as UTF-8 text when it is, else base64."""
+    try:
+        return payload.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(payload).decode("ascii"), "base64"
+
+
+def _print_messages(messages: Sequence[Message], as_json: bool, *, receipts: bool) -> None:
+    if as_json:
+        rows = []
+        for m in messages:
+            body, encoding = _text(m.payload)
+            row: dict[str, Any] = {
+                "id": m.id, "bucket": m.bucket, "payload": body, "encoding": encoding,
+                "headers": dict(m.headers), "enqueued_at": m.enqueued_at,
+                "delivery_count": m.delivery_count,
+            }  # fmt: skip
+            if receipts and isinstance(m, Delivery):
+                row["receipt"] = m.receipt
+            rows.append(row)
+        echo_json(rows)
+        return
+    if not messages:
+        click.echo("no visible message", err=True)
+        return
+    table = Table("id", "deliveries", "payload", "headers", *(["receipt"] if receipts else []))
+    for m in messages:
+        body, _ = _text(m.payload)
+        cells = [
+            str(m.id),
+            str(m.delivery_count),
+            body,
+            " ".join(f"{k}={v}" for k, v in m.headers.items()),
+        ]
+        if receipts and isinstance(m, Delivery):
+            cells.append(m.receipt)
+        table.add_row(*cells)
+    _console.print(table)

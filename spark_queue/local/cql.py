@@ -1,0 +1,155 @@
+"""The few CQL conversations the CLI, the Makefile and the tests need outside the queue engine.
+
+Ask a host its version, create the keyspace the queue lives in, drop a scratch
+keyspace. Every function opens its own short-lived connection from a
+:class:`~spark_queue.config.ConnectionSettings` and closes it again: these run
+once per command or per test, never on a hot path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from spark_queue.config import ConnectionSettings, HostPort, check_keyspace
+from spark_queue.errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from cassandra.cluster import Session
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def connect(settings: ConnectionSettings, *, only: HostPort | None = None) -> Iterator[Session]:
+    """A driver session for ``settings``, shut down when the block ends.
+
+    Args:
+        settings: Contact points, credentials and timeouts.
+        only: Talk to this one host and no other (for per-node probes).
+
+    Raises:
+        BackendUnavailable: No contact point answered.
+    """
+    from cassandra import DriverException
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+    from cassandra.policies import (
+        DCAwareRoundRobinPolicy,
+        TokenAwarePolicy,
+        WhiteListRoundRobinPolicy,
+    )
+
+    hosts = (only,) if only else settings.hosts
+    policy = (
+        WhiteListRoundRobinPolicy([only.host])
+        if only
+        else TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc or ""))
+    )
+    auth = (
+        PlainTextAuthProvider(settings.username, settings.password)
+        if settings.username is not None
+        else None
+    )
+    cluster = Cluster(
+        contact_points=[(h.host, h.port) for h in hosts],
+        auth_provider=auth,
+        connect_timeout=settings.connect_timeout,
+        control_connection_timeout=settings.connect_timeout,
+        execution_profiles={
+            EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                load_balancing_policy=policy, request_timeout=settings.request_timeout
+            )
+        },
+    )
+    try:
+        try:
+            session = cluster.connect()
+        except (NoHostAvailable, DriverException, OSError) as e:
+            where = ", ".join(str(h) for h in hosts)
+            raise BackendUnavailable(
+                f"Cassandra at {where}: no host answered ({e}); start the local node with"
+                " 'bdq cassandra start', or point BDQ_CASSANDRA_HOSTS at a running cluster"
+            ) from e
+        yield session
+    finally:
+        cluster.shutdown()
+
+
+def release_version(settings: ConnectionSettings, host: HostPort) -> str | None:
+    """Cassandra's ``release_version`` as reported by ``host``, or None if it does not answer.
+
+    Args:
+        settings: Credentials and timeouts (its hosts are ignored).
+        host: The node to ask.
+    """
+    from cassandra import DriverException
+
+    quiet = logging.getLogger("cassandra")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # a node that is down is an answer here, not an error
+    try:
+        with connect(settings, only=host) as session:
+            row = session.execute("SELECT release_version FROM system.local").one()
+            return str(row.release_version) if row else None
+    except (BackendUnavailable, DriverException, OSError):
+        return None
+    finally:
+        quiet.setLevel(level)
+
+
+def _replication(settings: ConnectionSettings) -> str:
+    rf = settings.replication_factor
+    if settings.local_dc:
+        return f"{{'class': 'NetworkTopologyStrategy', '{settings.local_dc}': {rf}}}"
+    return f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}"
+
+
+def _session(
+    settings: ConnectionSettings, session: Session | None
+) -> contextlib.AbstractContextManager[Session]:
+    return contextlib.nullcontext(session) if session is not None else connect(settings)
+
+
+def ensure_keyspace(settings: ConnectionSettings, *, session: Session | None = None) -> bool:
+    """Create ``settings.keyspace`` unless it exists.
+
+    Replication is SimpleStrategy with ``settings.replication_factor``, or
+    NetworkTopologyStrategy in ``settings.local_dc`` when that is set. An existing
+    keyspace is left exactly as it is.
+
+    Args:
+        settings: Where, which keyspace and with what replication factor.
+        session: An open session to reuse (its own hosts win); None opens one.
+
+    Returns:
+        True if this call created the keyspace, False if it was there already.
+
+    Raises:
+        BackendUnavailable: The cluster could not be reached.
+    """
+    keyspace = check_keyspace(settings.keyspace)
+    with _session(settings, session) as s:
+        if keyspace in s.cluster.metadata.keyspaces:
+            return False
+        s.execute(
+            f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {_replication(settings)}"
+        )
+        return True
+
+
+def drop_keyspace(settings: ConnectionSettings, *, session: Session | None = None) -> None:
+    """Drop ``settings.keyspace`` and everything in it, if it exists.
+
+    Args:
+        settings: Where, and which keyspace.
+        session: An open session to reuse (its own hosts win); None opens one.
+
+    Raises:
+        BackendUnavailable: The cluster could not be reached.
+    """
+    keyspace = check_keyspace(settings.keyspace)
+    with _session(settings, session) as s:
+        s.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")

@@ -1,0 +1,246 @@
+"""Real backends for the tests: a Cassandra cluster and a local SparkSession.
+
+Cassandra comes from, in this order:
+
+1. ``BDQ_CASSANDRA_HOSTS``, when set: your own cluster, used as it is;
+2. a testcontainers Cassandra container, when a Docker daemon answers
+   (``BDQ_TEST_DOCKER=0`` skips this step);
+3. the project's local node (``bdq cassandra start``), started if nothing
+   answers on 127.0.0.1:9042. It keeps running after the tests, for the next run;
+   ``bdq cassandra stop`` (or ``make stop``) ends it.
+
+When none is available the tests that need Cassandra are skipped locally and
+fail under CI (``CI=true``). Each test gets its own keyspace (``keyspace``
+fixture) and never touches one it did not create.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import shutil
+import sys
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import pytest
+
+from spark_queue.config import ConnectionSettings, HostPort, hosts_from_env, parse_hosts
+from spark_queue.errors import LocalNodeError, SparkQueueError
+from spark_queue.local import cql
+from spark_queue.local.node import LocalCluster, find_java
+
+if TYPE_CHECKING:
+    from cassandra.cluster import Session
+    from pyspark.sql import SparkSession
+
+CASSANDRA_IMAGE = "cassandra:5.0"
+HOW_TO_START = (
+    "start the local node with 'bdq cassandra start' (or 'make run'),"
+    " or point BDQ_CASSANDRA_HOSTS at a running cluster"
+)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip the test locally, fail it under CI: a missing backend must not pass CI silently."""
+    if _in_ci():
+        pytest.fail(f"{reason} (CI=true: a missing backend fails the run)", pytrace=False)
+    pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def _uncaptured(config: pytest.Config) -> Iterator[None]:
+    """Let progress through pytest's output capture (a first node start can take minutes)."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is None:
+        yield
+        return
+    with capture.global_and_fixture_disabled():
+        yield
+
+
+def _docker_answers() -> bool:
+    """True when a Docker daemon answers a ping within a few seconds."""
+    if os.environ.get("BDQ_TEST_DOCKER", "").strip() == "0":
+        return False
+    docker_host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if docker_host.startswith("unix://") and not Path(docker_host[len("unix://") :]).exists():
+        return False  # the usual case without Docker: no socket, nothing to ask
+    try:
+        import docker
+    except ImportError:
+        return False
+    with warnings.catch_warnings():
+        # A failed connection leaves the SDK's socket to the garbage collector; collect it
+        # here, where its ResourceWarning is expected, not in some later test.
+        warnings.simplefilter("ignore", ResourceWarning)
+        try:
+            client = docker.from_env(timeout=3)
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+        except Exception:  # refused, no permission, bad DOCKER_HOST: no Docker to use
+            return False
+        finally:
+            gc.collect()
+
+
+def _answering(settings: ConnectionSettings) -> list[HostPort]:
+    return [h for h in settings.hosts if cql.release_version(settings, h)]
+
+
+def _start_container(config: pytest.Config) -> Any:
+    """A started testcontainers Cassandra, or None (with a note) when it cannot start."""
+    from testcontainers.community.cassandra import CassandraContainer
+
+    with _uncaptured(config):
+        print(f"\n[tests] starting {CASSANDRA_IMAGE} with testcontainers...", file=sys.stderr)
+        container = CassandraContainer(CASSANDRA_IMAGE)
+        try:
+            container.start()
+        except Exception as e:  # image pull or start failed: the local node still works
+            print(
+                f"[tests] the container did not start ({e}); using the local node", file=sys.stderr
+            )
+            with contextlib.suppress(Exception):
+                container.stop()
+            return None
+    return container
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by the backends their fixtures use, so ``-m 'not cassandra'`` works."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "cassandra" in names:
+            item.add_marker(pytest.mark.cassandra)
+        if "spark" in names:
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def cassandra(pytestconfig: pytest.Config) -> Iterator[ConnectionSettings]:
+    """Connection settings of a reachable Cassandra cluster (see the module docstring)."""
+    if hosts_from_env():
+        settings = ConnectionSettings.from_env()
+        if not _answering(settings):
+            unavailable(
+                f"BDQ_CASSANDRA_HOSTS={os.environ['BDQ_CASSANDRA_HOSTS']}: no host answers CQL;"
+                " start that cluster, or unset BDQ_CASSANDRA_HOSTS to use the local node"
+            )
+        yield settings
+        return
+
+    if _docker_answers():
+        container = _start_container(pytestconfig)
+        if container is not None:
+            try:
+                host, port = container.get_contact_points()[0]
+                yield ConnectionSettings(
+                    hosts=parse_hosts([f"{host}:{port}"]),
+                    local_dc=container.get_local_datacenter(),
+                )
+            finally:
+                container.stop()
+            return
+
+    cluster = LocalCluster()
+    known = cluster.known_nodes()  # a node started earlier keeps the ports it was started with
+    node = known[0] if known else cluster.node(1)
+    settings = ConnectionSettings(hosts=parse_hosts([f"{node.address}:{node.native_port}"]))
+    if not _answering(settings):
+        with _uncaptured(pytestconfig):
+            print(f"\n[tests] no Cassandra at {node.address}:{node.native_port};", file=sys.stderr)
+            try:
+                cluster.start(echo=lambda line: print(f"[tests] {line}", file=sys.stderr))
+            except LocalNodeError as e:
+                unavailable(f"the local Cassandra node did not start: {e}\n{HOW_TO_START}")
+    yield settings
+
+
+@pytest.fixture(scope="session")
+def _cql_session(cassandra: ConnectionSettings) -> Iterator[Session]:
+    """One driver session for creating and dropping test keyspaces."""
+    try:
+        with cql.connect(cassandra) as session:
+            yield session
+    except SparkQueueError as e:
+        unavailable(f"{e}\n{HOW_TO_START}")
+
+
+@pytest.fixture
+def keyspace(cassandra: ConnectionSettings, _cql_session: Session) -> Iterator[ConnectionSettings]:
+    """Settings pointing at a fresh keyspace ``t_<8 hex>`` (replication factor 1), dropped after."""
+    settings = cassandra.with_keyspace(f"t_{uuid.uuid4().hex[:8]}")
+    cql.ensure_keyspace(settings, session=_cql_session)
+    try:
+        yield settings
+    finally:
+        cql.drop_keyspace(settings, session=_cql_session)
+
+
+@pytest.fixture(scope="session")
+def local_node_tools() -> None:
+    """Java 17 and Maven, which tests that start their own local nodes need."""
+    try:
+        find_java()
+    except LocalNodeError as e:
+        unavailable(str(e))
+    if shutil.which("mvn") is None:
+        unavailable("Maven ('mvn') is not on PATH: the local node fetches cassandra-all with it")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """A local SparkSession (2 cores, UI off, 2 shuffle partitions); workers run this Python."""
+    from pyspark.sql import SparkSession
+
+    with pytest.MonkeyPatch.context() as env:
+        # Workers must import spark_queue: run them on the interpreter that has it.
+        env.setenv("PYSPARK_PYTHON", sys.executable)
+        env.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("spark-queue-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+        try:
+            yield session
+        finally:
+            session.stop()
+
+
+@pytest.fixture(scope="session")
+def classpath_cache(tmp_path_factory: pytest.TempPathFactory, local_node_tools: None) -> Path:
+    """A home whose ``lib/`` holds the resolved node classpath, to seed test homes from."""
+    home = tmp_path_factory.mktemp("bdq-lib")
+    LocalCluster(home).classpath()
+    return home / "lib"
+
+
+@pytest.fixture
+def node_home(tmp_path: Path, classpath_cache: Path) -> Path:
+    """An empty home for a test's own local nodes, with the classpath already resolved."""
+    home = tmp_path / "bdq"
+    shutil.copytree(classpath_cache, home / "lib")
+    return home
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say where Cassandra will come from, before anything runs."""
+    hosts = os.environ.get("BDQ_CASSANDRA_HOSTS")
+    source = (
+        f"BDQ_CASSANDRA_HOSTS={hosts}" if hosts else "Docker if it answers, else the local node"
+    )
+    return f"spark-queue: Cassandra from {source}; CI={'yes' if _in_ci() else 'no'}"

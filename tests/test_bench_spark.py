@@ -1,0 +1,187 @@
+"""``bdq bench spark``: a small run on real Spark and Cassandra, plus its pure parts.
+
+The run's figures depend on the machine, so nothing here asserts a rate or a
+latency: only that every phase moved every message and reported its counts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+from pyspark.sql import SparkSession
+
+from spark_queue import ConnectionSettings, QueueClient
+from spark_queue.bench.spark_bench import (
+    LatencyPhase,
+    SparkBenchParams,
+    SparkBenchResult,
+    StreamPhase,
+    WarmUp,
+    WritePhase,
+    run_spark_bench,
+)
+from spark_queue.cli import main
+from spark_queue.errors import InvalidSetting
+from spark_queue.local import cql
+
+# -- a real run --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
+    with QueueClient(settings=keyspace) as c:
+        yield c
+
+
+def _tables(settings: ConnectionSettings) -> set[str]:
+    with cql.connect(settings) as session:
+        rows = session.execute(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s",
+            (settings.keyspace,),
+        )
+        return {row[0] for row in rows}
+
+
+@pytest.mark.spark
+@pytest.mark.cassandra
+@pytest.mark.slow
+def test_a_small_run_moves_every_message_through_every_phase(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient
+) -> None:
+    # Given the tables of an empty keyspace
+    tables_before = _tables(keyspace)
+
+    # When a small run goes through every phase
+    result = run_spark_bench(
+        keyspace,
+        messages=500,
+        payload_bytes=256,
+        max_per_trigger=200,
+        latency_messages=40,
+        latency_rate=20.0,
+        seed=7,
+        spark=spark,
+    )
+
+    # Then the warm-up ran, the sink stored every row, and the source and pipeline
+    # drained their input
+    assert result.warmup.write_seconds > 0 and result.warmup.drain_seconds > 0
+    assert result.sink.stored == 500
+    assert result.source.rows == 500
+    assert result.source.left == 0
+    assert result.source.batches >= math.ceil(500 / 200)  # maxMessagesPerTrigger held
+    assert result.pipeline.rows == 500
+    assert result.pipeline.delivered == 500
+    assert result.pipeline.left == 0
+    # And every latency message came through, each with a latency
+    assert result.latency.sent == result.latency.arrived == 40
+    assert result.latency.p50_ms is not None and result.latency.p99_ms is not None
+    assert result.latency.max_ms is not None
+    assert result.latency.p50_ms <= result.latency.p99_ms <= result.latency.max_ms
+    # And the baseline was measured before and after, so every ratio and target has a value
+    assert len(result.baseline_rates) == 2
+    assert None not in (result.sink_ratio, result.source_ratio, result.pipeline_ratio)
+    assert None not in (result.sink_met, result.source_met, result.latency_met)
+    # And the result reads back as JSON with its parameters, ratios and targets
+    values = json.loads(json.dumps(result.to_dict()))
+    assert values["params"]["messages"] == 500
+    assert set(values["ratios"]) == {"sink", "source", "pipeline"}
+    assert set(values["targets"]) == {"sink", "source", "latency_p50"}
+    # And the run removed its queues and its baseline table
+    assert client.list_queues() == []
+    assert _tables(keyspace) == tables_before
+
+
+# -- pure parts ------------------------------------------------------------------------
+
+
+def _stream(rows: int, rate: float) -> StreamPhase:
+    return StreamPhase(
+        seconds=rows / rate,
+        rate=rate,
+        batch_seconds=0.0,
+        rows=rows,
+        batches=1,
+        empty_batches=1,
+        duration_ms={},
+        left=0,
+    )
+
+
+def _result(
+    *, sink: float, source: float, p50_ms: float | None, baseline: float | None
+) -> SparkBenchResult:
+    return SparkBenchResult(
+        params=SparkBenchParams(seed=1),
+        spark_version="test",
+        warmup=WarmUp(write_seconds=1.0, drain_seconds=1.0),
+        sink=WritePhase(seconds=1.0, rate=sink, stored=100),
+        source=_stream(100, source),
+        pipeline=_stream(100, source),
+        latency=LatencyPhase(
+            sent=10,
+            arrived=10 if p50_ms is not None else 0,
+            send_seconds=1.0,
+            send_rate=10.0,
+            p50_ms=p50_ms,
+            p99_ms=p50_ms,
+            max_ms=p50_ms,
+            batches=1,
+        ),
+        baseline_rate=baseline,
+        baseline_rates=[] if baseline is None else [baseline],
+    )
+
+
+def test_targets_compare_each_rate_with_the_baseline() -> None:
+    # Given a sink at 0.7x and a source at 0.4x of a 1000 msgs/s baseline, p50 at 2.5 s
+    result = _result(sink=700.0, source=400.0, p50_ms=2500.0, baseline=1000.0)
+
+    # Then the sink meets its target, the source and the latency miss theirs
+    assert result.sink_ratio == pytest.approx(0.7)
+    assert (result.sink_met, result.source_met, result.latency_met) == (True, False, False)
+    assert result.to_dict()["targets"]["source"] == {"min_ratio": 0.5, "met": False}
+
+
+def test_without_baseline_or_arrivals_targets_are_unknown() -> None:
+    result = _result(sink=700.0, source=400.0, p50_ms=None, baseline=None)
+
+    assert (result.sink_ratio, result.source_ratio, result.pipeline_ratio) == (None, None, None)
+    assert (result.sink_met, result.source_met, result.latency_met) == (None, None, None)
+    assert result.source.batch_rate is None  # no trigger time recorded
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("messages", 0), ("latency_rate", 0.0), ("trigger_interval", -1.0), ("master", " ")],
+)
+def test_bad_parameters_are_refused_before_anything_runs(name: str, value: object) -> None:
+    with pytest.raises(InvalidSetting, match=name):
+        SparkBenchParams(**{name: value})  # type: ignore[arg-type]
+
+
+def test_cli_lists_every_parameter() -> None:
+    result = CliRunner().invoke(main, ["bench", "spark", "--help"])
+
+    assert result.exit_code == 0, result.output
+    for flag in (
+        "--messages",
+        "--payload-bytes",
+        "--max-per-trigger",
+        "--partitions",
+        "--latency-messages",
+        "--latency-rate",
+        "--trigger-interval",
+        "--visibility-timeout",
+        "--bucket-size",
+        "--master",
+        "--seed",
+        "--no-baseline",
+        "--keyspace",
+        "--json",
+    ):
+        assert flag in result.output

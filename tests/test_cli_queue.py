@@ -1,0 +1,78 @@
+"""``bdq queue``, ``send``, ``receive``, ``peek``, ``ack`` against a real node."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from spark_queue import ConnectionSettings, QueueClient
+from spark_queue.cli import main
+
+pytestmark = pytest.mark.cassandra
+
+
+def bdq(settings: ConnectionSettings, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    connection = [
+        "--hosts",
+        ",".join(str(h) for h in settings.hosts),
+        "--keyspace",
+        settings.keyspace,
+    ]
+    # the connection flags belong to each leaf command: put them after its arguments
+    result = CliRunner().invoke(main, [*args, *connection], input=stdin)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_queue_life_cycle_and_messages(keyspace: ConnectionSettings) -> None:
+    assert bdq(keyspace, "queue", "create", "jobs", "--visibility-timeout", "60")[0] == 0
+    code, out, _ = bdq(keyspace, "queue", "list", "--json")
+    assert code == 0 and [q["name"] for q in json.loads(out)] == ["jobs"]
+
+    code, out, _ = bdq(keyspace, "send", "jobs", "first", "second", "-H", "k=v", "--json")
+    assert code == 0 and len(json.loads(out)["ids"]) == 2
+    code, out, _ = bdq(keyspace, "send", "jobs", "-", stdin="third\nfourth\n")
+    assert code == 0 and "sent 2 message(s)" in out
+
+    code, out, _ = bdq(keyspace, "peek", "jobs", "-n", "10", "--json")
+    assert [m["payload"] for m in json.loads(out)] == ["first", "second", "third", "fourth"]
+    assert json.loads(out)[0]["headers"] == {"k": "v"}
+
+    code, out, _ = bdq(keyspace, "receive", "jobs", "-n", "1", "--json")
+    (received,) = json.loads(out)
+    assert received["payload"] == "first"
+    assert bdq(keyspace, "ack", "jobs", received["receipt"])[0] == 0
+    code, _, err = bdq(keyspace, "ack", "jobs", received["receipt"])
+    assert code == 1 and "no longer name the current delivery" in err
+
+    code, out, _ = bdq(keyspace, "receive", "jobs", "-n", "2", "--ack", "--json")
+    assert [m["payload"] for m in json.loads(out)] == ["second", "third"]
+    code, out, _ = bdq(keyspace, "queue", "stats", "jobs", "--json")
+    assert json.loads(out)["visible"] == 1
+    assert bdq(keyspace, "queue", "purge", "jobs")[0] == 0
+    assert bdq(keyspace, "queue", "delete", "jobs")[0] == 0
+    with QueueClient(settings=keyspace) as client:
+        assert client.list_queues() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("queue", "create", "bad", "--bucket-size", "0"), "bucket_size 0: must be a whole number"),
+        (("queue", "stats", "missing"), "queue 'missing': does not exist"),
+        (("send", "missing", "x"), "queue 'missing': does not exist"),
+        (("send", "jobs", "x", "-H", "novalue"), "header 'novalue': must be key=value"),
+        (("receive", "jobs", "-n", "0"), "max_messages 0"),
+    ],
+)
+def test_errors_exit_1_with_the_rule_on_stderr(
+    keyspace: ConnectionSettings, args: tuple[str, ...], message: str
+) -> None:
+    bdq(keyspace, "queue", "create", "jobs")
+
+    code, out, err = bdq(keyspace, *args)
+
+    assert code == 1
+    assert message in err
+    assert "Traceback" not in err + out

@@ -1,0 +1,335 @@
+"""The queue engine against a real Cassandra node: semantics of DESIGN.md section 3."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC
+
+import pytest
+
+from spark_queue import (
+    ConnectionSettings,
+    InvalidMessage,
+    InvalidSetting,
+    MessageTooLarge,
+    QueueClient,
+    QueueExists,
+    QueueNotFound,
+    StaleReceipt,
+)
+from spark_queue.queue import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE, Queue
+
+pytestmark = pytest.mark.cassandra
+
+
+@pytest.fixture
+def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
+    with QueueClient(settings=keyspace) as c:
+        yield c
+
+
+def drain(queue: Queue, *, batch: int = 50, wait: float = 0.0) -> list[bytes]:
+    """Receive and ack until the queue has nothing visible."""
+    payloads = []
+    while deliveries := queue.receive(batch, wait=wait):
+        payloads += [d.payload for d in deliveries]
+        queue.ack_batch([d.receipt for d in deliveries])
+    return payloads
+
+
+# -- send, receive, ack ------------------------------------------------------------
+
+
+def test_round_trip_keeps_payload_headers_and_order(client: QueueClient) -> None:
+    queue = client.create_queue("orders", bucket_size=7)
+    ids = [queue.send(f"order-{i}", headers={"n": str(i)}) for i in range(20)]
+
+    deliveries = queue.receive(max_messages=20)
+
+    assert [d.id for d in deliveries] == ids
+    assert [d.payload for d in deliveries] == [f"order-{i}".encode() for i in range(20)]
+    assert [d.headers for d in deliveries] == [{"n": str(i)} for i in range(20)]
+    assert {d.delivery_count for d in deliveries} == {1}
+    assert all(d.enqueued_at is not None and d.enqueued_at.tzinfo == UTC for d in deliveries)
+    assert [d.bucket for d in deliveries] == [i // 7 for i in ids]
+    queue.ack_batch([d.receipt for d in deliveries])
+    assert queue.receive(10) == []
+    assert queue.stats().total == 0
+
+
+def test_single_consumer_with_order_hint_one_receives_in_send_order(client: QueueClient) -> None:
+    queue = client.create_queue("ordered", bucket_size=10, order_hint=1)
+    queue.send_batch([str(i) for i in range(95)])
+
+    received = [int(p) for p in drain(queue, batch=8)]
+
+    assert received == list(range(95))
+
+
+def test_larger_order_hint_still_delivers_everything_once(client: QueueClient) -> None:
+    queue = client.create_queue("loose", bucket_size=10, order_hint=5)
+    queue.send_batch([str(i) for i in range(60)])
+
+    received = [int(p) for p in drain(queue, batch=4)]
+
+    assert sorted(received) == list(range(60))
+    assert received != list(range(60))  # K=5 picks at random among the oldest 20
+
+
+def test_send_batch_is_all_or_nothing_on_bad_input(client: QueueClient) -> None:
+    queue = client.create_queue("strict", max_message_bytes=10)
+
+    with pytest.raises(
+        MessageTooLarge, match=r"11 bytes \(message 3 of 3\).*max_message_bytes of 10"
+    ):
+        queue.send_batch([b"ok", b"fine", b"x" * 11])
+    with pytest.raises(
+        InvalidMessage, match=r"payload 42 \(message 2 of 2\): must be bytes or str"
+    ):
+        queue.send_batch([b"ok", 42])  # type: ignore[list-item]
+    with pytest.raises(InvalidMessage, match="keys and values must be str"):
+        queue.send_batch([b"a", b"b"], headers=[{"k": "v"}, {"k": 1}])  # type: ignore[dict-item]
+    with pytest.raises(InvalidSetting, match="delay -1"):
+        queue.send(b"a", delay=-1)
+
+    assert queue.peek(10) == []
+    assert queue.buckets.tail() == 0  # not even an id was reserved
+
+
+# -- visibility timeout, receipts ----------------------------------------------------------
+
+
+def test_unacked_message_reappears_after_visibility_timeout(client: QueueClient) -> None:
+    queue = client.create_queue("vt", visibility_timeout=0.5)
+    queue.send(b"job")
+
+    first = queue.receive(1)
+    assert queue.receive(1) == []  # invisible while leased
+    time.sleep(0.7)
+    second = queue.receive(1)
+
+    assert [d.payload for d in second] == [b"job"]
+    assert second[0].delivery_count == 2
+    assert second[0].receipt != first[0].receipt
+    with pytest.raises(StaleReceipt):
+        queue.ack(first[0].receipt)
+    queue.ack(second[0].receipt)
+    assert queue.stats().total == 0
+
+
+def test_stale_receipts_change_nothing_and_valid_ones_are_acked(client: QueueClient) -> None:
+    queue = client.create_queue("acks", bucket_size=3)
+    queue.send_batch([b"a", b"b", b"c", b"d"])
+    deliveries = queue.receive(4)
+    queue.ack(deliveries[0].receipt)
+
+    stale = queue.ack_batch([d.receipt for d in deliveries], strict=False)
+
+    assert stale == [deliveries[0].receipt]
+    assert queue.stats().total == 0
+    with pytest.raises(StaleReceipt, match="1 of 1 receipt"):
+        queue.ack(deliveries[1].receipt)
+    with pytest.raises(InvalidSetting, match="not a spark-queue receipt"):
+        queue.ack("garbage")
+
+
+def test_change_visibility_extends_and_releases(client: QueueClient) -> None:
+    queue = client.create_queue("cv", visibility_timeout=0.5)
+    queue.send(b"slow")
+    (delivery,) = queue.receive(1)
+
+    extended = queue.change_visibility(delivery.receipt, 60)
+    time.sleep(0.7)
+    assert queue.receive(1) == []  # the original 0.5 s lease would have ended
+    with pytest.raises(StaleReceipt):
+        queue.change_visibility(delivery.receipt, 0)
+
+    queue.change_visibility(extended, 0)
+    (again,) = queue.receive(1)
+    assert again.payload == b"slow"
+    with pytest.raises(StaleReceipt):
+        queue.ack(extended)
+    queue.ack(again.receipt)
+
+
+def test_competing_consumers_each_message_acked_exactly_once(client: QueueClient) -> None:
+    # Given 300 messages and 4 consumers that all start at the same instant with K=1
+    queue = client.create_queue("race", bucket_size=50, order_hint=1, visibility_timeout=60)
+    ids = set(queue.send_batch([str(i).encode() for i in range(300)]))
+    start = threading.Barrier(4)
+    acked: Counter[int] = Counter()
+    stale_count = Counter[str]()
+    lock = threading.Lock()
+
+    def consume() -> None:
+        start.wait()
+        while deliveries := queue.receive(10):
+            for d in deliveries:
+                try:
+                    queue.ack(d.receipt)
+                except StaleReceipt:
+                    with lock:
+                        stale_count["stale"] += 1
+                else:
+                    with lock:
+                        acked[d.id] += 1
+
+    # When they race for the same oldest messages
+    threads = [threading.Thread(target=consume) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+
+    # Then every message was acked by exactly one of them; duplicates only cost stale acks
+    assert set(acked) == ids
+    assert max(acked.values()) == 1
+    assert queue.stats().total == 0
+
+
+def test_peek_does_not_lease(client: QueueClient) -> None:
+    queue = client.create_queue("peek")
+    queue.send_batch([b"1", b"2", b"3"])
+
+    peeked = queue.peek(2)
+    received = queue.receive(3)
+
+    assert [m.payload for m in peeked] == [b"1", b"2"]
+    assert [d.payload for d in received] == [b"1", b"2", b"3"]
+    assert {d.delivery_count for d in received} == {1}
+
+
+# -- delay, TTL, dead letters ----------------------------------------------------------------
+
+
+def test_delayed_message_is_invisible_until_its_delay_passes(client: QueueClient) -> None:
+    queue = client.create_queue("delay")
+    queue.send(b"later", delay=1.0)
+    queue.send(b"now")
+
+    assert [d.payload for d in queue.receive(10)] == [b"now"]
+    stats = queue.stats()
+    assert (stats.delayed, stats.in_flight, stats.visible) == (1, 1, 0)
+    time.sleep(1.1)
+    assert [d.payload for d in queue.receive(10)] == [b"later"]
+
+
+def test_expired_messages_are_not_delivered(client: QueueClient) -> None:
+    queue = client.create_queue("ttl", message_ttl=1)
+    queue.send(b"short-lived")
+    time.sleep(2.1)
+
+    assert queue.receive(10) == []
+    assert queue.stats().total == 0
+
+
+def test_message_past_max_deliveries_moves_to_dead_letter_queue(client: QueueClient) -> None:
+    dead_letters = client.create_queue("orders-dlq")
+    queue = client.create_queue(
+        "poison", visibility_timeout=0.3, max_deliveries=2, dead_letter_queue="orders-dlq"
+    )
+    message_id = queue.send(b"bad", headers={"origin": "test"})
+
+    for expected_count in (1, 2):
+        (delivery,) = queue.receive(1)
+        assert delivery.delivery_count == expected_count
+        time.sleep(0.4)  # never acked: the lease runs out
+    assert queue.receive(1) == []
+
+    (moved,) = dead_letters.receive(1)
+    assert moved.payload == b"bad"
+    assert moved.headers == {
+        "origin": "test",
+        HEADER_SOURCE: "poison",
+        HEADER_DELIVERIES: "2",
+        HEADER_ORIGINAL_ID: str(message_id),
+    }
+    assert queue.stats().total == 0
+
+
+def test_max_deliveries_without_dead_letter_queue_is_rejected(client: QueueClient) -> None:
+    with pytest.raises(InvalidSetting, match="max_deliveries 3: needs dead_letter_queue"):
+        client.create_queue("nodlq", max_deliveries=3)
+    with pytest.raises(QueueNotFound, match="'missing'"):
+        client.create_queue("dlq-missing", max_deliveries=3, dead_letter_queue="missing")
+    assert client.list_queues() == []
+
+
+# -- queue life cycle --------------------------------------------------------------------------
+
+
+def test_create_open_list_delete(client: QueueClient) -> None:
+    client.create_queue("b")
+    client.create_queue("a", bucket_size=5, visibility_timeout=2.5)
+
+    assert client.list_queues() == ["a", "b"]
+    assert client.queue("a").settings.bucket_size == 5
+    with pytest.raises(QueueExists, match="'a': already exists"):
+        client.create_queue("a")
+    assert client.create_queue("a", exist_ok=True).settings.visibility_timeout == 2.5
+    client.delete_queue("a")
+    with pytest.raises(QueueNotFound, match="'a': does not exist"):
+        client.queue("a")
+    client.delete_queue("a", missing_ok=True)
+    assert client.list_queues() == ["b"]
+
+
+def test_recreated_queue_never_shows_old_messages(client: QueueClient) -> None:
+    old = client.create_queue("reborn", bucket_size=4)
+    old.send_batch([b"old"] * 10)
+    old.receive(3)  # some in flight too
+
+    client.delete_queue("reborn")
+    new = client.create_queue("reborn", bucket_size=4)
+    new.send(b"new")
+
+    assert [m.payload for m in new.peek(20)] == [b"new"]
+    assert new.stats().total == 1
+    with pytest.raises(QueueNotFound, match="deleted"):
+        old.send(b"into the void")
+
+
+def test_purge_removes_everything_present(client: QueueClient) -> None:
+    queue = client.create_queue("purge", bucket_size=5)
+    queue.send_batch([b"x"] * 12)
+    queue.send(b"delayed", delay=30)
+    queue.receive(2)
+
+    assert queue.purge() == 13
+    assert queue.stats().total == 0
+    queue.send(b"after")
+    assert drain(queue) == [b"after"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"bucket_size": 0}, "bucket_size 0: must be a whole number from 1"),
+        ({"visibility_timeout": -5}, "visibility_timeout -5: must be a positive number"),
+        ({"order_hint": 0}, "order_hint 0: must be a whole number from 1"),
+        ({"message_ttl": 0}, "message_ttl 0"),
+        ({"max_message_bytes": 0}, "max_message_bytes 0"),
+        ({"seal_delay": 0}, "seal_delay 0"),
+    ],
+)
+def test_invalid_queue_settings_are_rejected_and_nothing_is_created(
+    client: QueueClient, settings: dict[str, object], message: str
+) -> None:
+    with pytest.raises(InvalidSetting, match=message):
+        client.create_queue("bad", **settings)  # type: ignore[arg-type]
+    assert client.list_queues() == []
+
+
+def test_invalid_names_and_receive_arguments(client: QueueClient) -> None:
+    with pytest.raises(InvalidSetting, match="queue name 'no spaces'"):
+        client.create_queue("no spaces")
+    queue = client.create_queue("args")
+    with pytest.raises(InvalidSetting, match="max_messages 0"):
+        queue.receive(0)
+    with pytest.raises(InvalidSetting, match="visibility_timeout -1"):
+        queue.receive(1, visibility_timeout=-1)
+    with pytest.raises(InvalidSetting, match="order_hint 0"):
+        queue.receive(1, order_hint=0)

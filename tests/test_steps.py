@@ -1,0 +1,134 @@
+"""Replayable receives and idempotent sends: what the Spark connector stands on."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from spark_queue import ConnectionSettings, QueueClient, SparkQueueError
+from spark_queue.errors import BackendUnavailable
+from spark_queue.queue import Queue
+
+pytestmark = pytest.mark.cassandra
+
+
+@pytest.fixture
+def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
+    with QueueClient(settings=keyspace) as c:
+        yield c
+
+
+def payloads_of(queue: Queue) -> list[bytes]:
+    """Everything visible, received and acked."""
+    seen = []
+    while deliveries := queue.receive(100):
+        seen += [d.payload for d in deliveries]
+        queue.ack_batch([d.receipt for d in deliveries])
+    return seen
+
+
+def test_a_replayed_step_returns_the_same_deliveries(client: QueueClient) -> None:
+    queue = client.create_queue("steps", bucket_size=5)
+    queue.send_batch([str(i).encode() for i in range(12)])
+
+    first = queue.receive_step("query-1", 7, 0, 4, buckets=[0, 1])
+    replay = queue.receive_step("query-1", 7, 0, 4, buckets=[0, 1])
+    other_part = queue.receive_step("query-1", 7, 1, 4, buckets=[2])
+
+    assert [d.payload for d in first] == [b"0", b"1", b"2", b"3"]
+    assert [(d.id, d.receipt, d.delivery_count) for d in replay] == [
+        (d.id, d.receipt, d.delivery_count) for d in first
+    ]
+    assert [d.payload for d in other_part] == [b"10", b"11"]
+    assert queue.stats().in_flight == 6  # the replay leased nothing more
+
+
+def test_acking_a_step_acks_every_part_once(client: QueueClient) -> None:
+    queue = client.create_queue("ack-steps", bucket_size=5)
+    queue.send_batch([str(i).encode() for i in range(10)])
+    queue.receive_step("q", 1, 0, 5, buckets=[0])
+    queue.receive_step("q", 1, 1, 5, buckets=[1])
+
+    assert queue.ack_step("q", 1) == (10, 0)
+    assert queue.ack_step("q", 1) == (0, 0)  # idempotent: a restarted query commits again
+    assert queue.stats().total == 0
+    # a step never recorded before is received afresh
+    assert queue.receive_step("q", 1, 0, 5) == []
+
+
+def test_ack_step_counts_messages_redelivered_elsewhere_as_stale(client: QueueClient) -> None:
+    queue = client.create_queue("stale-steps", visibility_timeout=0.2)
+    queue.send(b"slow")
+    queue.receive_step("q", 1, 0, 1)
+    time.sleep(0.3)
+    (other,) = queue.receive(1)  # the lease ran out; another consumer got it
+
+    assert queue.ack_step("q", 1) == (0, 1)
+    queue.ack(other.receipt)
+
+
+def test_send_once_twice_sends_once(client: QueueClient) -> None:
+    queue = client.create_queue("once")
+
+    ids = queue.send_batch_once("writer", 3, 0, [b"a", b"b"], headers={"h": "1"})
+    again = queue.send_batch_once("writer", 3, 0, [b"a", b"b"], headers={"h": "1"})
+    other_part = queue.send_batch_once("writer", 3, 1, [b"c"])
+
+    assert again == ids
+    assert other_part != ids
+    assert sorted(payloads_of(queue)) == [b"a", b"b", b"c"]
+
+
+def test_send_once_crashing_mid_write_is_finished_by_the_retry(client: QueueClient) -> None:
+    queue = client.create_queue("once-crash", bucket_size=4)
+    original = queue.buckets.insert
+    calls = 0
+
+    def half_then_crash(messages: Any, now: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            original(messages[: len(messages) // 2], now)
+            raise BackendUnavailable("injected: connection lost mid-write")
+        original(messages, now)
+
+    queue.buckets.insert = half_then_crash  # type: ignore[method-assign]
+    batch = [str(i).encode() for i in range(10)]
+    with pytest.raises(BackendUnavailable):
+        queue.send_batch_once("w", 1, 0, batch)
+    # the half that was written is invisible: no consumer can take it yet
+    assert queue.peek(20) == []
+
+    ids = queue.send_batch_once("w", 1, 0, batch)
+
+    assert sorted(payloads_of(queue), key=int) == batch
+    assert len(set(ids)) == 10
+
+
+def test_send_once_crashing_before_release_is_released_by_the_retry(client: QueueClient) -> None:
+    queue = client.create_queue("once-release")
+    original = queue._release
+
+    def crash(*args: Any) -> None:
+        raise BackendUnavailable("injected: driver died before releasing")
+
+    queue._release = crash  # type: ignore[method-assign]
+    with pytest.raises(BackendUnavailable):
+        queue.send_batch_once("w", 9, 2, [b"x", b"y"])
+    assert queue.peek(10) == []
+    queue._release = original  # type: ignore[method-assign]
+
+    queue.send_batch_once("w", 9, 2, [b"x", b"y"])
+
+    assert payloads_of(queue) == [b"x", b"y"]
+
+
+def test_send_once_repeat_with_other_rows_is_refused(client: QueueClient) -> None:
+    queue = client.create_queue("once-mismatch")
+    queue.send_batch_once("w", 1, 0, [b"x", b"y"])
+
+    with pytest.raises(SparkQueueError, match="3 messages now, 2 when first sent"):
+        queue.send_batch_once("w", 1, 0, [b"x", b"y", b"z"])
