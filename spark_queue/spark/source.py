@@ -2,11 +2,13 @@
 
 How a micro-batch maps onto the queue:
 
-* **Offsets** are steps of one stream: ``{"stream", "step", "buckets", "limit"}``.
+* **Offsets** are steps of one stream: ``{"stream", "step", "buckets", "shares"}``.
   ``stream`` is made once by ``initialOffset`` and kept in the checkpoint, so
   it names this query across restarts. A step lists the buckets that held
-  visible messages when Spark asked (``latestOffset``), and the batch's limit.
-* **Partitions**: one per listed bucket, each with its share of the limit.
+  visible messages when Spark asked (``latestOffset``), oldest first, and how
+  many messages each may lease: up to a bucket's worth, until the batch's
+  limit is spent.
+* **Partitions**: one per listed bucket, with its share.
   ``read`` runs in an executor: it receives from its bucket under the
   visibility timeout and records what it leased in the queue's journal
   before returning it, so a replay of the step returns the same messages.
@@ -51,7 +53,7 @@ from pyspark.sql.types import (
 
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
-from spark_queue.errors import InvalidSetting
+from spark_queue.errors import InvalidSetting, SparkQueueError
 from spark_queue.message import Message
 from spark_queue.queue import MAX_BATCH, Queue
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
@@ -84,8 +86,6 @@ ARROW_SCHEMA = pa.schema(
 
 #: Most input partitions (buckets) one micro-batch reads.
 MAX_PARTITIONS = 64
-#: Buckets listed beyond what the limit strictly needs, for buckets only partly visible.
-EXTRA_BUCKETS = 3
 #: Seconds an "all quiet" answer of latestOffset is reused (Spark polls every ~10 ms).
 IDLE_POLL = 0.1
 #: Seconds between two counts reported in the streaming progress.
@@ -94,35 +94,45 @@ REPORT_INTERVAL = 10.0
 
 @dataclass(frozen=True)
 class Offset:
-    """One step of the stream, as Spark stores it in the checkpoint."""
+    """One step of the stream, as Spark stores it in the checkpoint.
+
+    ``buckets`` and ``shares`` (messages each bucket's partition may lease)
+    are fixed when the step is planned, so a replay splits the same way.
+    """
 
     stream: str
     step: int
     buckets: tuple[int, ...] = ()
-    limit: int = 0
+    shares: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "stream": self.stream,
             "step": self.step,
             "buckets": list(self.buckets),
-            "limit": self.limit,
+            "shares": list(self.shares),
         }
 
     @classmethod
     def from_dict(cls, value: dict[str, Any]) -> Offset:
         try:
-            return cls(
+            offset = cls(
                 str(value["stream"]),
                 int(value["step"]),
-                tuple(value.get("buckets", ())),
-                int(value.get("limit", 0)),
+                tuple(int(b) for b in value.get("buckets", ())),
+                tuple(int(n) for n in value.get("shares", ())),
             )
         except (KeyError, TypeError, ValueError) as e:
+            offset = None
+            cause: Exception | None = e
+        else:
+            cause = None
+        if offset is None or len(offset.shares) != len(offset.buckets):
             raise InvalidSetting(
                 f"offset {json.dumps(value)}: not a bdq offset"
                 " (was the checkpoint written by another source?)"
-            ) from e
+            ) from cause
+        return offset
 
 
 @dataclass(frozen=True)
@@ -194,9 +204,19 @@ def to_record_batch(queue: str, messages: Sequence[Message]) -> pa.RecordBatch:
     )
 
 
-def split(total: int, parts: int) -> list[int]:
-    """``total`` spread over ``parts`` as evenly as whole numbers go."""
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+def shares(limit: int, buckets: int, bucket_size: int) -> list[int]:
+    """Each bucket's share of a batch: up to a bucket's worth each, oldest first.
+
+    One receive returns at most MAX_BATCH messages, so no share is larger.
+    """
+    result = []
+    for _ in range(buckets):
+        share = min(bucket_size, limit, MAX_BATCH)
+        if share <= 0:
+            break
+        result.append(share)
+        limit -= share
+    return result
 
 
 # -- driver side ----------------------------------------------------------------------
@@ -210,7 +230,8 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._idle_answer: tuple[str, float] | None = None
         self._available_now_tail: int | None = None
         self._acked_step: int | None = None
-        self._report: tuple[float, dict[str, Any]] | None = None
+        self._report: dict[str, Any] | None = None
+        self._report_started = -REPORT_INTERVAL
 
     def _queue(self) -> Queue:
         return shared_client(self.options.connection).queue(self.options.queue)
@@ -236,14 +257,13 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             limit.max_rows if isinstance(limit, ReadMaxRows) else DEFAULT_MAX_MESSAGES_PER_TRIGGER
         )
         queue = self._queue()
-        wanted = min(
-            MAX_PARTITIONS,
-            max_rows,
-            math.ceil(max_rows / queue.settings.bucket_size) + EXTRA_BUCKETS,
-        )
+        wanted = min(MAX_PARTITIONS, math.ceil(max_rows / queue.settings.bucket_size))
         buckets = queue.visible_buckets(wanted, below=self._available_now_tail)
         if buckets:
-            return Offset(begin.stream, begin.step + 1, tuple(buckets), max_rows).to_dict()
+            split = shares(max_rows, len(buckets), queue.settings.bucket_size)
+            return Offset(
+                begin.stream, begin.step + 1, tuple(buckets[: len(split)]), tuple(split)
+            ).to_dict()
         if begin.buckets:
             # Nothing new, but the last step leased messages: an empty step
             # makes Spark commit it now instead of after the next message.
@@ -255,12 +275,9 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         last = Offset.from_dict(end)
         if not last.buckets or last.step == Offset.from_dict(start).step:
             return []
-        # One receive returns at most MAX_BATCH messages; a bigger share gains nothing.
-        shares = [min(share, MAX_BATCH) for share in split(last.limit, len(last.buckets))]
         return [
             BucketPartition(self.options, (bucket,), share, last.stream, last.step, part)
-            for part, (bucket, share) in enumerate(zip(last.buckets, shares, strict=True))
-            if share > 0
+            for part, (bucket, share) in enumerate(zip(last.buckets, last.shares, strict=True))
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -285,14 +302,25 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._acked_step = max(last.step, self._acked_step or 0)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
+        # Counting scans every live bucket (about 1 s per 100): do it beside
+        # the stream, not on Spark's planning path, and report the last count.
         now = time.monotonic()
-        if self._report is None or now - self._report[0] >= REPORT_INTERVAL:
+        if now - self._report_started >= REPORT_INTERVAL:
+            self._report_started = now
+            threading.Thread(target=self._count_backlog, daemon=True).start()
+        return self._report
+
+    def _count_backlog(self) -> None:
+        try:
             stats = self._queue().stats()
-            self._report = (
-                now,
-                {"visible": stats.visible, "inFlight": stats.in_flight, "delayed": stats.delayed},
-            )
-        return self._report[1]
+        except SparkQueueError:
+            log.warning("bdq source %r: counting the backlog failed", self.options.queue)
+            return
+        self._report = {
+            "visible": stats.visible,
+            "inFlight": stats.in_flight,
+            "delayed": stats.delayed,
+        }
 
     def prepareForTriggerAvailableNow(self) -> None:
         queue = self._queue()
