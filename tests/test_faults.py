@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from spark_queue import BackendUnavailable, ConnectionSettings, QueueClient
+from spark_queue.config import HostPort
+from spark_queue.local import cql
 from spark_queue.local.node import LocalCluster
 from spark_queue.queue import Queue
 
@@ -23,6 +27,30 @@ def drain(queue: Queue) -> list[bytes]:
     return payloads
 
 
+def eventually(action: Callable[[], object], what: str, timeout: float = 120) -> None:
+    """Retry ``action`` until it stops raising BackendUnavailable."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            action()
+            return
+        except BackendUnavailable:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: still failing after {timeout:.0f}s") from None
+            time.sleep(1)
+
+
+def all_normal(settings: ConnectionSettings) -> bool:
+    """Every node sees every node as a NORMAL ring member (no join still pending)."""
+    for address in ADDRESSES:
+        with cql.connect(settings, only=HostPort(address)) as session:
+            rows = session.execute("SELECT status_with_port FROM system_views.gossip_info")
+            states = [r.status_with_port or "" for r in rows]
+        if len(states) != len(ADDRESSES) or not all(s.startswith("NORMAL") for s in states):
+            return False
+    return True
+
+
 def test_replicated_queue_survives_one_node_down_and_fails_clearly_without_quorum(
     node_home: Path,
 ) -> None:
@@ -36,7 +64,20 @@ def test_replicated_queue_survives_one_node_down_and_fails_clearly_without_quoru
         request_timeout=10.0,
     )
     try:
+        deadline = time.monotonic() + 120
+        while not all_normal(settings):
+            assert time.monotonic() < deadline, "the three nodes never all saw each other NORMAL"
+            time.sleep(1)
         with QueueClient(settings=settings) as client:
+            # Creating throw-away queues (three LWTs each) probes until Cassandra
+            # has noticed a change in the ring: an operation racing the failure
+            # detector may time out (a clear error, nothing lost), and retrying
+            # it on the queue under test could add duplicates.
+            probes = iter(range(1000))
+
+            def probe() -> None:
+                client.create_queue(f"probe-{next(probes)}")
+
             # Given a queue replicated three times, partly consumed
             queue = client.create_queue("orders", bucket_size=50, seal_delay=0.5)
             queue.send_batch([f"a{i}".encode() for i in range(200)])
@@ -45,6 +86,7 @@ def test_replicated_queue_survives_one_node_down_and_fails_clearly_without_quoru
 
             # When one replica is killed, LOCAL_QUORUM and LOCAL_SERIAL still have 2 of 3
             cluster.kill(3)
+            eventually(probe, "an LWT with one node down")
             queue.send_batch([f"b{i}".encode() for i in range(200)])
             rest = drain(queue)
 
@@ -65,6 +107,7 @@ def test_replicated_queue_survives_one_node_down_and_fails_clearly_without_quoru
 
             # And once it is back, the message sent before is still there
             cluster.start(nodes=2)
+            eventually(probe, "an LWT after the restart")
             assert drain(queue) == [b"before"]
     finally:
         cluster.stop()
