@@ -546,7 +546,8 @@ def _warm_up(run: _Run, rows: DataFrame, queue: Queue) -> WarmUp:
     """Use the sink and the source once, untimed, on a few messages of a scratch queue."""
     run.progress(f"warm-up: writing and draining {WARMUP_ROWS} messages")
     write = _write(run, rows.limit(WARMUP_ROWS).repartition(run.params.partitions), queue)
-    drain = _drain(run, "warmup", _read_stream(run, queue), queue, expected=WARMUP_ROWS)
+    expected = min(WARMUP_ROWS, run.params.messages)
+    drain = _drain(run, "warmup", _read_stream(run, queue), queue, expected=expected)
     return WarmUp(write_seconds=write, drain_seconds=drain.seconds)
 
 
