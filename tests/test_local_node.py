@@ -226,6 +226,22 @@ def test_port_in_use_fails_naming_the_port(node_home: Path) -> None:
     assert not (node_home / "node1" / "cassandra.pid").exists()
 
 
+def test_start_uses_a_node_that_already_answers_there(
+    node_home: Path, cassandra: ConnectionSettings
+) -> None:
+    # Given a Cassandra node (the session's) answering on a loopback address
+    first = cassandra.hosts[0]
+    if not first.host.startswith("127."):
+        pytest.skip(f"the test Cassandra at {first} is not on loopback")
+    # When a home that never started a node is asked to start one there
+    result = bdq(["cassandra", "start", "--home", str(node_home), "--address", first.host,
+                  "--native-port", str(first.port), "--jmx-port", "7253"])  # fmt: skip
+    # Then it uses that node and launches nothing
+    assert result.exit_code == 0, explain(result)
+    assert f"already answers at {first.host}:{first.port}" in result.stderr
+    assert not (node_home / "node1" / "cassandra.pid").exists()
+
+
 @pytest.mark.slow
 def test_bad_setting_fails_with_the_log_tail(node_home: Path) -> None:
     # Given a setting Cassandra rejects at startup

@@ -275,6 +275,15 @@ class LocalCluster:
                     f" (pid {pid}, Cassandra {version})"
                 )
                 continue
+            foreign = probe_cql(spec.address, spec.native_port)
+            if foreign is not None:
+                # A node started elsewhere (another checkout, your own) answers
+                # there: use it rather than fail on its ports.
+                echo(
+                    f"node{index}: Cassandra {foreign} already answers at {spec.address}:"
+                    f"{spec.native_port} (not started from {self.home}); using it"
+                )
+                continue
             _check_ports_free(spec)
             self._write_config(spec, auto_bootstrap=index > 1, settings=settings or {})
             pid = self._launch(spec, java, classpath, agent)
