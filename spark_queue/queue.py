@@ -8,9 +8,11 @@ How a message moves (seed 000, BlueDove; seed 001, CassieQ):
   ``visible_at`` has passed, take the oldest ``K * n`` (K: the order hint)
   and pick ``n`` of them at random. Write each a fresh lease token,
   ``visible_at`` = now + visibility timeout and one more delivery, in one
-  single-partition batch per bucket. Two consumers racing for a message may
-  both get it (a duplicate, which a larger K makes rarer), but Cassandra's
-  last-write-wins keeps only one lease, so only one receipt can ack it.
+  single-partition batch per bucket, then read the leases back and hand out
+  only the messages whose lease is still ours. Cassandra's last-write-wins
+  keeps one lease per message, so only one receipt can ack it; two consumers
+  racing for a message can still both get it when each reads back before the
+  other's write lands (a duplicate, which a larger K makes rarer).
 * **Ack.** A conditional batch per bucket sets ``acked`` where the lease is
   still the receipt's: no tombstone per message.
 * **Seal and drop.** Once every id of a bucket has been handed out and
@@ -470,8 +472,18 @@ class Queue:
             if m.expires_at > now
         ]
         self.buckets.write_leases(writes, now)
+        # Read the leases back: where a racing consumer's lease won (last write
+        # wins), the message is theirs; handing it out too would only be a
+        # duplicate whose ack must fail. Nothing is lost: the winner holds it.
+        current = self.buckets.current_leases(writes)
+        won = [w for w in writes if current.get((w.bucket, w.id)) == w.lease]
+        if len(won) < len(writes):
+            lost = {(w.bucket, w.id) for w in writes} - {(w.bucket, w.id) for w in won}
+            with self._lock:
+                for key in lost:
+                    self._claims.pop(key, None)
         by_id = {m.id: m for m in chosen}
-        return [self._delivery(by_id[w.id], w) for w in writes]
+        return [self._delivery(by_id[w.id], w) for w in won]
 
     def _claim(
         self, found: list[StoredMessage], count: int, hint: int, timeout_ms: int

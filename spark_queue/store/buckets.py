@@ -51,6 +51,7 @@ ANY_UNACKED = (
 READ_IDS = (
     f"SELECT {_COLUMNS}, acked FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id IN ?"
 )
+READ_LEASES = "SELECT id, lease FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id IN ?"
 LEASE = (
     "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?, delivery_count = ?"
     " WHERE queue_id = ? AND bucket = ? AND id = ?"
@@ -323,6 +324,21 @@ class Buckets:
 
     def has_unacked(self, bucket: int) -> bool:
         return bool(self.store.rows(ANY_UNACKED, (self.queue_id, bucket), what="checking a bucket"))
+
+    def current_leases(self, writes: Sequence[LeaseWrite]) -> dict[tuple[int, int], int]:
+        """The lease now stored for each written message: ``(bucket, id) -> lease``."""
+        by_bucket: dict[int, list[int]] = defaultdict(list)
+        for w in writes:
+            by_bucket[w.bucket].append(w.id)
+        results = self.store.execute_many(
+            [(READ_LEASES, (self.queue_id, b, ids)) for b, ids in by_bucket.items()],
+            what="checking leases",
+        )
+        return {
+            (bucket, row[0]): row[1] or 0
+            for bucket, result in zip(by_bucket, results, strict=True)
+            for row in result
+        }
 
     def read(self, bucket: int, ids: Sequence[int]) -> list[tuple[StoredMessage, bool]]:
         """The given messages of one bucket with their acked flag."""
