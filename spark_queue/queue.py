@@ -49,7 +49,14 @@ from spark_queue.errors import (
     StaleReceipt,
 )
 from spark_queue.message import Delivery, Message, QueueStats, Receipt
-from spark_queue.store.buckets import Buckets, LeaseCheck, LeaseWrite, NewMessage, StoredMessage
+from spark_queue.store.buckets import (
+    Buckets,
+    Candidate,
+    LeaseCheck,
+    LeaseWrite,
+    NewMessage,
+    StoredMessage,
+)
 from spark_queue.store.ids import IdBlocks
 from spark_queue.store.journal import Journal, JournalEntry
 from spark_queue.store.send_log import SendLog, SendState
@@ -449,7 +456,7 @@ class Queue:
         if buckets is None:
             found = self._visible(want, now)
         else:
-            found = self._visible_in(buckets, want, now)
+            found = self._candidates_in(buckets, want, now)
         chosen = self._claim(found, count, hint, timeout_ms)
         if not chosen:
             return []
@@ -472,22 +479,24 @@ class Queue:
             if m.expires_at > now
         ]
         self.buckets.write_leases(writes, now)
-        # Read the leases back: where a racing consumer's lease won (last write
-        # wins), the message is theirs; handing it out too would only be a
-        # duplicate whose ack must fail. Nothing is lost: the winner holds it.
-        current = self.buckets.current_leases(writes)
-        won = [w for w in writes if current.get((w.bucket, w.id)) == w.lease]
-        if len(won) < len(writes):
-            lost = {(w.bucket, w.id) for w in writes} - {(w.bucket, w.id) for w in won}
-            with self._lock:
-                for key in lost:
-                    self._claims.pop(key, None)
-        by_id = {m.id: m for m in chosen}
-        return [self._delivery(by_id[w.id], w) for w in won]
+        # Read the messages back, payloads and all: where a racing consumer's
+        # lease won (last write wins), the message is theirs; handing it out
+        # too would only be a duplicate whose ack must fail. Nothing is lost:
+        # the winner holds it. Payloads are read only for what was chosen.
+        stored = self.buckets.read_many([(w.bucket, w.id) for w in writes])
+        deliveries = []
+        with self._lock:
+            for w in writes:
+                m = stored.get((w.bucket, w.id))
+                if m is not None and m.lease == w.lease:
+                    deliveries.append(self._delivery(m, w))
+                else:
+                    self._claims.pop((w.bucket, w.id), None)
+        return deliveries
 
     def _claim(
-        self, found: list[StoredMessage], count: int, hint: int, timeout_ms: int
-    ) -> list[StoredMessage]:
+        self, found: list[Candidate], count: int, hint: int, timeout_ms: int
+    ) -> list[Candidate]:
         """Pick ``count`` among the oldest ``count * hint`` not held by a sibling thread."""
         clock = time.monotonic()
         with self._lock:
@@ -513,9 +522,9 @@ class Queue:
             visible_at=_datetime(w.visible_at),
         )
 
-    def _visible(self, want: int, now: int) -> list[StoredMessage]:
+    def _visible(self, want: int, now: int) -> list[Candidate]:
         """Up to ``want`` visible messages from the live buckets, in id order."""
-        found: list[StoredMessage] = []
+        found: list[Candidate] = []
         bucket, tail_refreshed = self._head, False
         while len(found) < want:
             last = self.buckets.bucket_of(max(self._tail - 1, 0))
@@ -526,19 +535,19 @@ class Queue:
                 tail_refreshed = True
                 continue
             if self._skip_until.get(bucket, 0) <= now:
-                rows = self.buckets.scan_visible(bucket, now, want - len(found))
+                rows = self.buckets.scan_candidates(bucket, now, want - len(found))
                 found.extend(rows)
                 if not rows:
                     self._note_idle(bucket, now)
             bucket += 1
         return found
 
-    def _visible_in(self, buckets: Sequence[int], want: int, now: int) -> list[StoredMessage]:
-        found: list[StoredMessage] = []
+    def _candidates_in(self, buckets: Sequence[int], want: int, now: int) -> list[Candidate]:
+        found: list[Candidate] = []
         for bucket in buckets:
             if len(found) >= want:
                 break
-            found.extend(self.buckets.scan_visible(bucket, now, want - len(found)))
+            found.extend(self.buckets.scan_candidates(bucket, now, want - len(found)))
         return found
 
     def visible_buckets(self, max_buckets: int, below: int | None = None) -> list[int]:
@@ -562,7 +571,7 @@ class Queue:
                 break
             if self._skip_until.get(bucket, 0) > now:
                 continue
-            if self.buckets.scan_visible(bucket, now, 1):
+            if self.buckets.scan_candidates(bucket, now, 1):
                 found.append(bucket)
             else:
                 self._note_idle(bucket, now)
@@ -596,7 +605,7 @@ class Queue:
         with self._lock:
             self._tail = max(self._tail, tail)
 
-    def _move_to_dead_letters(self, messages: Sequence[StoredMessage], now: int) -> None:
+    def _move_to_dead_letters(self, candidates: Sequence[Candidate], now: int) -> None:
         """Send messages past max_deliveries to the dead-letter queue, then ack them here.
 
         Sent first, acked second: a crash in between leaves a duplicate in the
@@ -604,6 +613,8 @@ class Queue:
         """
         name = self.settings.dead_letter_queue
         assert name is not None  # QueueSettings ties it to max_deliveries
+        stored = self.buckets.read_many([(c.bucket, c.id) for c in candidates])
+        messages = [stored[(c.bucket, c.id)] for c in candidates if (c.bucket, c.id) in stored]
         try:
             dead_letters = self._open_queue(name)
             dead_letters.send_batch(
@@ -773,7 +784,12 @@ class Queue:
         count = check_int("max_messages", max_messages, 1, MAX_BATCH)
         if buckets is None:
             buckets = self.live_buckets()
-        found = self._visible_in(buckets, count, _now_ms())
+        now = _now_ms()
+        found: list[StoredMessage] = []
+        for bucket in buckets:
+            if len(found) >= count:
+                break
+            found.extend(self.buckets.scan_visible(bucket, now, count - len(found)))
         return [
             Message(
                 id=m.id,

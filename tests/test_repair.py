@@ -16,7 +16,7 @@ import pytest
 
 from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.queue import Queue
-from spark_queue.store.buckets import SCAN_VISIBLE, _stored
+from spark_queue.store.buckets import SCAN_CANDIDATES, Candidate
 
 pytestmark = pytest.mark.cassandra
 
@@ -130,9 +130,9 @@ def _traced_receive(queue: Queue) -> tuple[list[bytes], list[int], int, int]:
     """
     store, scanned, cost = queue.buckets.store, [], [0, 0]
 
-    def traced_scan(bucket: int, now: int, limit: int) -> list[Any]:
+    def traced_scan(bucket: int, now: int, limit: int) -> list[Candidate]:
         result = store.session.execute(
-            store.prepare(SCAN_VISIBLE), (queue.queue_id, bucket, now, limit), trace=True
+            store.prepare(SCAN_CANDIDATES), (queue.queue_id, bucket, now, limit), trace=True
         )
         for event in result.get_query_trace(10.0).events:
             match = re.search(r"Read (\d+) live rows and (\d+) tombstone cells", event.description)
@@ -140,14 +140,13 @@ def _traced_receive(queue: Queue) -> tuple[list[bytes], list[int], int, int]:
                 cost[0] += int(match[1])
                 cost[1] += int(match[2])
         scanned.append(bucket)
-        rows = list(result)
-        return [m for row in rows if (m := _stored(row, bucket)) is not None]
+        return [Candidate(row[0], bucket, row[1], row[2] or 0, row[3] or 0) for row in result]
 
-    queue.buckets.scan_visible = traced_scan  # type: ignore[method-assign]
+    queue.buckets.scan_candidates = traced_scan  # type: ignore[method-assign]
     try:
         deliveries = queue.receive(1)
     finally:
-        del queue.buckets.scan_visible
+        del queue.buckets.scan_candidates
     queue.ack_batch([d.receipt for d in deliveries])
     return [d.payload for d in deliveries], scanned, cost[0], cost[1]
 

@@ -51,7 +51,11 @@ ANY_UNACKED = (
 READ_IDS = (
     f"SELECT {_COLUMNS}, acked FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id IN ?"
 )
-READ_LEASES = "SELECT id, lease FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id IN ?"
+SCAN_CANDIDATES = (
+    "SELECT id, toUnixTimestamp(expires_at), delivery_count, lease FROM {ks}.messages"
+    " WHERE queue_id = ? AND bucket = ? AND acked = false AND visible_at <= ? LIMIT ?"
+    " ALLOW FILTERING"
+)
 LEASE = (
     "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?, delivery_count = ?"
     " WHERE queue_id = ? AND bucket = ? AND id = ?"
@@ -84,6 +88,17 @@ class StoredMessage:
     headers: Mapping[str, str]
     enqueued_at: int
     visible_at: int
+    expires_at: int
+    delivery_count: int
+    lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A visible message as a receive first sees it: no payload yet."""
+
+    id: int
+    bucket: int
     expires_at: int
     delivery_count: int
     lease: int
@@ -325,19 +340,31 @@ class Buckets:
     def has_unacked(self, bucket: int) -> bool:
         return bool(self.store.rows(ANY_UNACKED, (self.queue_id, bucket), what="checking a bucket"))
 
-    def current_leases(self, writes: Sequence[LeaseWrite]) -> dict[tuple[int, int], int]:
-        """The lease now stored for each written message: ``(bucket, id) -> lease``."""
+    def scan_candidates(self, bucket: int, now: int, limit: int) -> list[Candidate]:
+        """Like ``scan_visible`` without payloads: a receive reads those only for what it keeps."""
+        rows = self.store.rows(
+            SCAN_CANDIDATES, (self.queue_id, bucket, now, limit), what="receiving messages"
+        )
+        return [
+            Candidate(row[0], bucket, row[1], row[2] or 0, row[3] or 0)
+            for row in rows
+            if row[1] is not None
+        ]
+
+    def read_many(self, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], StoredMessage]:
+        """Messages by ``(bucket, id)``, one query per bucket, concurrently."""
         by_bucket: dict[int, list[int]] = defaultdict(list)
-        for w in writes:
-            by_bucket[w.bucket].append(w.id)
+        for bucket, message_id in keys:
+            by_bucket[bucket].append(message_id)
         results = self.store.execute_many(
-            [(READ_LEASES, (self.queue_id, b, ids)) for b, ids in by_bucket.items()],
-            what="checking leases",
+            [(READ_IDS, (self.queue_id, b, ids)) for b, ids in by_bucket.items()],
+            what="reading messages",
         )
         return {
-            (bucket, row[0]): row[1] or 0
+            (bucket, m.id): m
             for bucket, result in zip(by_bucket, results, strict=True)
             for row in result
+            if (m := _stored(row, bucket)) is not None
         }
 
     def read(self, bucket: int, ids: Sequence[int]) -> list[tuple[StoredMessage, bool]]:
