@@ -61,7 +61,6 @@ from jobs.settings import (
     JobConfig,
     add_connection_flags,
     connection_settings,
-    connector_options,
     load_config,
     read_spark_defaults,
 )
@@ -69,7 +68,7 @@ from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting, SparkQueueError
 from spark_queue.spark import register
-from spark_queue.spark.options import parse_duration
+from spark_queue.spark.options import connector_options, parse_duration
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery

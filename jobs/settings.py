@@ -289,24 +289,6 @@ def connection_settings(
     return ConnectionSettings.from_env(env, **given)
 
 
-def connector_options(settings: ConnectionSettings) -> dict[str, str]:
-    """The ``format("bdq")`` options that point executors at the same cluster as the driver.
-
-    Executors do not see the driver's environment, so every setting travels as an option.
-    """
-    options = {
-        "hosts": ",".join(str(h) for h in settings.hosts),
-        "keyspace": settings.keyspace,
-        "consistency": settings.consistency,
-    }
-    if settings.local_dc:
-        options["localDc"] = settings.local_dc
-    if settings.username is not None and settings.password is not None:
-        options["username"] = settings.username
-        options["password"] = settings.password
-    return options
-
-
 def read_spark_defaults(path: Path = SPARK_DEFAULTS) -> dict[str, str]:
     """``key value`` lines of a ``spark-defaults.conf`` file (``#`` starts a comment)."""
     values: dict[str, str] = {}

@@ -37,13 +37,13 @@ from jobs.settings import (
     DEFAULT_CONFIG,
     JobConfig,
     connection_settings,
-    connector_options,
     load_config,
     read_spark_defaults,
 )
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting
+from spark_queue.spark.options import connector_options
 
 REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "jobs"

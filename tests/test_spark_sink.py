@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.queue import Queue
+from spark_queue.spark.options import connector_options
 
 pytestmark = [pytest.mark.spark, pytest.mark.cassandra]
 
@@ -19,10 +20,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.cassandra]
 def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
     with QueueClient(settings=keyspace) as c:
         yield c
-
-
-def connection(settings: ConnectionSettings) -> dict[str, str]:
-    return {"hosts": ",".join(str(h) for h in settings.hosts), "keyspace": settings.keyspace}
 
 
 def consume(queue: Queue) -> list[tuple[bytes, dict[str, str]]]:
@@ -48,7 +45,7 @@ def test_rows_are_routed_by_queue_column_with_headers_and_delay(
         "payload string, queue string, headers map<string,string>, delay_ms bigint",
     )
 
-    df.write.format("bdq").options(**connection(keyspace)).option("queue", "default").mode(
+    df.write.format("bdq").options(**connector_options(keyspace)).option("queue", "default").mode(
         "append"
     ).save()
 
@@ -63,7 +60,7 @@ def test_writer_id_makes_a_repeated_write_send_nothing(
 ) -> None:
     queue = client.create_queue("once")
     df = spark.range(0, 500, numPartitions=3).select(F.col("id").cast("string").alias("payload"))
-    write = df.write.format("bdq").options(**connection(keyspace)).option("queue", "once")
+    write = df.write.format("bdq").options(**connector_options(keyspace)).option("queue", "once")
 
     write.option("writerId", "import-2026-11-20").mode("append").save()
     write.option("writerId", "import-2026-11-20").mode("append").save()
@@ -79,7 +76,7 @@ def test_without_writer_id_a_repeated_write_sends_again(
     df = spark.range(0, 50, numPartitions=2).select(
         F.encode(F.col("id").cast("string"), "UTF-8").alias("payload")
     )
-    write = df.write.format("bdq").options(**connection(keyspace)).option("queue", "twice")
+    write = df.write.format("bdq").options(**connector_options(keyspace)).option("queue", "twice")
 
     write.mode("append").save()
     write.mode("append").save()
@@ -132,7 +129,7 @@ def test_bad_sink_columns_and_options_fail_before_writing(
     df = spark.createDataFrame([], ddl)
 
     with pytest.raises(Exception, match=message):
-        df.write.format("bdq").options(**connection(keyspace)).options(**options).mode(
+        df.write.format("bdq").options(**connector_options(keyspace)).options(**options).mode(
             "append"
         ).save()
     with pytest.raises(Exception, match=message):
@@ -148,7 +145,7 @@ def test_bad_sink_columns_and_options_fail_before_writing(
         )
         query = (
             stream.writeStream.format("bdq")
-            .options(**connection(keyspace))
+            .options(**connector_options(keyspace))
             .options(**options)
             .option("checkpointLocation", str(tmp_path))
             .start()
@@ -164,6 +161,6 @@ def test_null_payload_row_fails_the_write_and_names_the_row(
     df = spark.createDataFrame([("ok",), (None,)], "payload string").coalesce(1)
 
     with pytest.raises(Exception, match="row 2 of partition 0: column 'payload' is null"):
-        df.write.format("bdq").options(**connection(keyspace)).option("queue", "q").mode(
+        df.write.format("bdq").options(**connector_options(keyspace)).option("queue", "q").mode(
             "append"
         ).save()

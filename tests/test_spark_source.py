@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_queue import ConnectionSettings, QueueClient
+from spark_queue.spark.options import connector_options
 from spark_queue.spark.source import SCHEMA
 
 pytestmark = [pytest.mark.spark, pytest.mark.cassandra]
@@ -30,16 +31,12 @@ def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
         yield c
 
 
-def connection(settings: ConnectionSettings) -> dict[str, str]:
-    return {"hosts": ",".join(str(h) for h in settings.hosts), "keyspace": settings.keyspace}
-
-
 def stream(
     spark: SparkSession, settings: ConnectionSettings, queue: str, **options: str
 ) -> DataFrame:
     return (
         spark.readStream.format("bdq")
-        .options(**connection(settings))
+        .options(**connector_options(settings))
         .option("queue", queue)
         .options(**options)
         .load()
@@ -108,7 +105,12 @@ def test_batch_read_peeks_without_consuming(
     queue = client.create_queue("peeked", bucket_size=10)
     queue.send_batch([f"p{i}" for i in range(25)])
 
-    df = spark.read.format("bdq").options(**connection(keyspace)).option("queue", "peeked").load()
+    df = (
+        spark.read.format("bdq")
+        .options(**connector_options(keyspace))
+        .option("queue", "peeked")
+        .load()
+    )
 
     rows = df.collect()
     assert sorted(r.payload for r in rows) == sorted(f"p{i}".encode() for i in range(25))
@@ -168,7 +170,7 @@ def test_round_trip_with_executors_in_separate_processes(
     client.create_queue("a", bucket_size=25)
     client.create_queue("b")
     sent = client.queue("a").send_batch([f"x{i}" for i in range(100)])
-    hosts = connection(keyspace)["hosts"]
+    hosts = connector_options(keyspace)["hosts"]
 
     result = subprocess.run(
         [
@@ -213,7 +215,12 @@ def test_bad_source_options_fail_at_query_start(
     message: str,
 ) -> None:
     client.create_queue("in")
-    df = spark.readStream.format("bdq").options(**connection(keyspace)).options(**options).load()
+    df = (
+        spark.readStream.format("bdq")
+        .options(**connector_options(keyspace))
+        .options(**options)
+        .load()
+    )
 
     with pytest.raises(Exception, match=message):
         query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path)).start()

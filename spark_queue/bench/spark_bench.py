@@ -53,6 +53,7 @@ from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings, check_int, check_seconds
 from spark_queue.errors import BackendUnavailable, InvalidSetting, SparkQueueError
 from spark_queue.queue import Queue
+from spark_queue.spark.options import connector_options
 from spark_queue.store.session import Store
 
 if TYPE_CHECKING:
@@ -405,21 +406,6 @@ def _spark_session(master: str) -> Iterator[SparkSession]:
         session.stop()
 
 
-def _connector_options(settings: ConnectionSettings) -> dict[str, str]:
-    """The ``format("bdq")`` options that point the executors at ``settings``' cluster."""
-    options = {
-        "hosts": ",".join(str(h) for h in settings.hosts),
-        "keyspace": settings.keyspace,
-        "consistency": settings.consistency,
-    }
-    if settings.local_dc:
-        options["localDc"] = settings.local_dc
-    if settings.username is not None and settings.password is not None:
-        options["username"] = settings.username
-        options["password"] = settings.password
-    return options
-
-
 @dataclass(frozen=True)
 class _Run:
     """What every phase of one run shares."""
@@ -456,7 +442,7 @@ def _run(
         checkpoints = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bdq-bench-")))
         stack.callback(_delete_queues, client, queues, progress)
         run = _Run(
-            spark, client, params, _connector_options(store.settings), run_id, checkpoints, progress
+            spark, client, params, connector_options(store.settings), run_id, checkpoints, progress
         )
         baseline = None
         if params.baseline:

@@ -11,9 +11,9 @@ beside the same raw baseline and against the connector's targets.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -39,7 +39,46 @@ from spark_queue.bench.spark_bench import (
 from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
 from spark_queue.config import ConnectionSettings
 
+R = TypeVar("R")
+
 SWEEP_ORDER_HINTS = (1, 2, 3)
+
+
+def _run_options(func: Callable[..., R]) -> Callable[..., R]:
+    """Options every benchmark takes: bucket size, seed and the raw baseline."""
+    for option in reversed(_RUN_OPTIONS):
+        func = option(func)
+    return func
+
+
+_RUN_OPTIONS = (
+    click.option(
+        "--bucket-size",
+        type=click.IntRange(1, 100_000),
+        default=1000,
+        show_default=True,
+        help="Ids per bucket of the benchmark queues.",
+    ),
+    click.option(
+        "--seed",
+        type=click.IntRange(0),
+        default=None,
+        help="Seed of the random payloads.  [default: random]",
+    ),
+    click.option(
+        "--baseline/--no-baseline",
+        default=True,
+        show_default=True,
+        help="Measure the raw prepared-insert baseline in the same run.",
+    ),
+    click.option(
+        "--baseline-concurrency",
+        type=click.IntRange(1, 4096),
+        default=BASELINE_CONCURRENCY,
+        show_default=True,
+        help="In-flight requests of the raw baseline.",
+    ),
+)
 
 
 @click.group(cls=CommandGroup)
@@ -125,32 +164,7 @@ def bench() -> None:
     show_default=True,
     help="Most messages per receive.",
 )
-@click.option(
-    "--bucket-size",
-    type=click.IntRange(1, 100_000),
-    default=1000,
-    show_default=True,
-    help="Ids per bucket of the benchmark queues.",
-)
-@click.option(
-    "--seed",
-    type=click.IntRange(0),
-    default=None,
-    help="Seed of the random payloads.  [default: random]",
-)
-@click.option(
-    "--baseline/--no-baseline",
-    default=True,
-    show_default=True,
-    help="Measure the raw prepared-insert baseline in the same run.",
-)
-@click.option(
-    "--baseline-concurrency",
-    type=click.IntRange(1, 4096),
-    default=BASELINE_CONCURRENCY,
-    show_default=True,
-    help="In-flight requests of the raw baseline.",
-)
+@_run_options
 @connection_options
 @json_option
 def queue(settings: ConnectionSettings, as_json: bool, sweep_k: bool, **options: Any) -> None:
@@ -239,37 +253,12 @@ def queue(settings: ConnectionSettings, as_json: bool, sweep_k: bool, **options:
     help="Seconds a micro-batch's messages stay leased.",
 )
 @click.option(
-    "--bucket-size",
-    type=click.IntRange(1, 100_000),
-    default=1000,
-    show_default=True,
-    help="Ids per bucket of the benchmark queues.",
-)
-@click.option(
     "--master",
     default="local[2]",
     show_default=True,
     help="Spark master of the session the benchmark starts.",
 )
-@click.option(
-    "--seed",
-    type=click.IntRange(0),
-    default=None,
-    help="Seed of the random payloads.  [default: random]",
-)
-@click.option(
-    "--baseline/--no-baseline",
-    default=True,
-    show_default=True,
-    help="Measure the raw prepared-insert baseline in the same run.",
-)
-@click.option(
-    "--baseline-concurrency",
-    type=click.IntRange(1, 4096),
-    default=BASELINE_CONCURRENCY,
-    show_default=True,
-    help="In-flight requests of the raw baseline.",
-)
+@_run_options
 @connection_options
 @json_option
 def spark(settings: ConnectionSettings, as_json: bool, **options: Any) -> None:

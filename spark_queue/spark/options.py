@@ -83,6 +83,25 @@ def connection_settings(options: Mapping[str, str]) -> ConnectionSettings:
         raise InvalidSetting(f"bdq connection options: {e}") from e
 
 
+def connector_options(settings: ConnectionSettings) -> dict[str, str]:
+    """The ``format("bdq")`` options that point executors at ``settings``' cluster.
+
+    Executors do not see the driver's environment, so every setting travels
+    as an option: the inverse of ``connection_settings``.
+    """
+    options = {
+        "hosts": ",".join(str(h) for h in settings.hosts),
+        "keyspace": settings.keyspace,
+        "consistency": settings.consistency,
+    }
+    if settings.local_dc:
+        options["localDc"] = settings.local_dc
+    if settings.username is not None and settings.password is not None:
+        options["username"] = settings.username
+        options["password"] = settings.password
+    return options
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """Options of ``spark.readStream.format("bdq")`` and ``spark.read.format("bdq")``.
