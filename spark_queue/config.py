@@ -182,6 +182,13 @@ class ConnectionSettings:
                 values[name] = parse_hosts(value) if name == "hosts" else value
         return cls(**values)
 
+    def replication(self) -> str:
+        """The CQL replication map for keyspaces spark-queue creates."""
+        rf = self.replication_factor
+        if self.local_dc:
+            return f"{{'class': 'NetworkTopologyStrategy', '{self.local_dc}': {rf}}}"
+        return f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}"
+
     def with_keyspace(self, keyspace: str) -> ConnectionSettings:
         """A copy pointing at another keyspace."""
         return replace(self, keyspace=keyspace)

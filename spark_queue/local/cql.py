@@ -100,13 +100,6 @@ def release_version(settings: ConnectionSettings, host: HostPort) -> str | None:
         quiet.setLevel(level)
 
 
-def _replication(settings: ConnectionSettings) -> str:
-    rf = settings.replication_factor
-    if settings.local_dc:
-        return f"{{'class': 'NetworkTopologyStrategy', '{settings.local_dc}': {rf}}}"
-    return f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}"
-
-
 def _session(
     settings: ConnectionSettings, session: Session | None
 ) -> contextlib.AbstractContextManager[Session]:
@@ -135,7 +128,7 @@ def ensure_keyspace(settings: ConnectionSettings, *, session: Session | None = N
         if keyspace in s.cluster.metadata.keyspaces:
             return False
         s.execute(
-            f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {_replication(settings)}"
+            f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {settings.replication()}"
         )
         return True
 

@@ -102,16 +102,9 @@ class Store:
         if metadata is not None and wanted <= set(metadata.tables):
             return
         if metadata is None:
-            dc = self.settings.local_dc
-            replication = (
-                f"{{'class': 'NetworkTopologyStrategy',"
-                f" '{dc}': {self.settings.replication_factor}}}"
-                if dc
-                else f"{{'class': 'SimpleStrategy', 'replication_factor': "
-                f"{self.settings.replication_factor}}}"
-            )
             self.execute_ddl(
-                f"CREATE KEYSPACE IF NOT EXISTS {self.keyspace} WITH replication = {replication}"
+                f"CREATE KEYSPACE IF NOT EXISTS {self.keyspace}"
+                f" WITH replication = {self.settings.replication()}"
             )
         for statement in schema_statements(self.keyspace):
             self.execute_ddl(statement)
