@@ -6,7 +6,6 @@ worth of state: separate sessions, id blocks and caches) on the same queue.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -15,8 +14,8 @@ from typing import Any
 import pytest
 
 from spark_queue import ConnectionSettings, QueueClient
+from spark_queue.bench.head_bench import traced_receive
 from spark_queue.queue import Queue
-from spark_queue.store.buckets import SCAN_CANDIDATES, Candidate
 
 pytestmark = pytest.mark.cassandra
 
@@ -82,8 +81,11 @@ def test_write_delayed_past_the_seal_is_sent_again_not_lost(
 def test_write_landing_just_before_the_seal_is_delivered(
     clients: tuple[QueueClient, QueueClient],
 ) -> None:
+    # A longer seal delay than the other tests: A's id block (good for half of
+    # it) must still be fresh when A writes, however slow the machine is.
+    seal_delay = 5.0
     a, b = clients
-    b.create_queue("edge", bucket_size=10, seal_delay=SEAL_DELAY)
+    b.create_queue("edge", bucket_size=10, seal_delay=seal_delay)
     slow, fast = a.queue("edge"), b.queue("edge")
     slow.send(b"first")  # A's block: ids 0..15, the rest unwritten for now
     fast.send_batch([b"x"] * 20)
@@ -91,14 +93,17 @@ def test_write_landing_just_before_the_seal_is_delivered(
     fast.maintain()  # B notes buckets 0.. fully allocated
 
     # A writes id 1 (bucket 0) inside the seal delay: the fast path, no check
-    slow.send(b"in-time")
-    time.sleep(SEAL_DELAY + 0.1)
+    in_time = slow.send(b"in-time")
+    assert in_time < 10, "the write must reuse A's block in bucket 0 for this interleaving"
+    time.sleep(seal_delay + 0.1)
     sealed_upto, head = fast.maintain()
 
     # The sealer's scan saw it, so bucket 0 was sealed but kept, and it is delivered
     assert sealed_upto >= 1 and head == 0
     assert drain(fast) == [b"in-time"]
-    assert seal_and_drop(fast)[1] >= 1
+    fast.maintain()
+    time.sleep(seal_delay + 0.1)
+    assert fast.maintain()[1] >= 1
 
 
 def test_ids_reserved_and_never_written_do_not_block_the_queue(
@@ -122,35 +127,6 @@ def test_ids_reserved_and_never_written_do_not_block_the_queue(
     assert drain(alive) == [b"next"]
 
 
-def _traced_receive(queue: Queue) -> tuple[list[bytes], list[int], int, int]:
-    """Receive (and ack) with every bucket scan traced by Cassandra.
-
-    Returns the payloads, the buckets scanned, and the live rows and tombstone
-    cells Cassandra read to answer those scans.
-    """
-    store, scanned, cost = queue.buckets.store, [], [0, 0]
-
-    def traced_scan(bucket: int, now: int, limit: int) -> list[Candidate]:
-        result = store.session.execute(
-            store.prepare(SCAN_CANDIDATES), (queue.queue_id, bucket, now, limit), trace=True
-        )
-        for event in result.get_query_trace(10.0).events:
-            match = re.search(r"Read (\d+) live rows and (\d+) tombstone cells", event.description)
-            if match:
-                cost[0] += int(match[1])
-                cost[1] += int(match[2])
-        scanned.append(bucket)
-        return [Candidate(row[0], bucket, row[1], row[2] or 0, row[3] or 0) for row in result]
-
-    queue.buckets.scan_candidates = traced_scan  # type: ignore[method-assign]
-    try:
-        deliveries = queue.receive(1)
-    finally:
-        del queue.buckets.scan_candidates
-    queue.ack_batch([d.receipt for d in deliveries])
-    return [d.payload for d in deliveries], scanned, cost[0], cost[1]
-
-
 def test_reading_the_head_costs_the_same_after_moving_many_buckets(
     clients: tuple[QueueClient, QueueClient],
 ) -> None:
@@ -159,7 +135,7 @@ def test_reading_the_head_costs_the_same_after_moving_many_buckets(
     # Given the cost of a receive on a fresh queue holding one message
     queue.send_batch([b"first"] * 100)  # exactly bucket 0
     queue.ack_batch([d.receipt for d in queue.receive(99)])
-    start = _traced_receive(queue)
+    start = traced_receive(queue)
     assert start[0] == [b"first"]
 
     # When 5000 more messages have gone through it (50 full buckets) and were consumed
@@ -172,7 +148,7 @@ def test_reading_the_head_costs_the_same_after_moving_many_buckets(
 
     # Then receiving the newest message scans one bucket and reads no consumed message
     latest = queue.send(b"latest")
-    payloads, scanned, live_rows, tombstones = _traced_receive(queue)
+    payloads, scanned, live_rows, tombstones = traced_receive(queue)
     assert payloads == [b"latest"]
     assert scanned == [latest // 100] == [head]
     assert (live_rows, tombstones) == (1, 0)

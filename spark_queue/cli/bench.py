@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any, TypeVar
 
 import click
@@ -20,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spark_queue.bench.baseline import DEFAULT_CONCURRENCY as BASELINE_CONCURRENCY
+from spark_queue.bench.head_bench import run_head_bench
 from spark_queue.bench.metrics import MIN_PAYLOAD_BYTES
 from spark_queue.bench.queue_bench import (
     OrderSweep,
@@ -278,6 +280,58 @@ def spark(settings: ConnectionSettings, as_json: bool, **options: Any) -> None:
         echo_json(result.to_dict())
     else:
         _console().print(_spark_table(result))
+
+
+@bench.command("head")
+@click.option(
+    "--messages",
+    "-m",
+    type=click.IntRange(1),
+    default=1_000_000,
+    show_default=True,
+    help="Messages moved through the queue (sent, received, acked).",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 10_000),
+    default=1000,
+    show_default=True,
+    help="Messages per send and per receive while moving them.",
+)
+@click.option(
+    "--bucket-size",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="Ids per bucket of the benchmark queue.",
+)
+@connection_options
+@json_option
+def head(settings: ConnectionSettings, as_json: bool, **options: Any) -> None:
+    """Cost of a receive at the head of a queue before and after moving M messages.
+
+    CassieQ's tombstone problem, measured: Cassandra's query trace counts the
+    buckets a receive scans and the live rows and tombstone cells it reads, on
+    a fresh queue and again after M messages went through it; the median time
+    of a receive is measured too. Uses a fresh queue, removed at the end.
+    """
+    with _status() as progress:
+        r = run_head_bench(settings, progress=progress, **options)
+    if as_json:
+        echo_json(asdict(r) | {"move_rate": r.move_rate})
+        return
+    table = Table(
+        "receive at the head", "buckets scanned", "live rows read", "tombstones read",
+        "receive p50",
+        title=f"bdq bench head: {r.moved:,} messages moved in {r.move_seconds:.0f} s"
+        f" ({r.move_rate:,.0f} msgs/s); head now at bucket {r.head_bucket:,}",
+    )  # fmt: skip
+    for label, cost in (("fresh queue", r.before), (f"after {r.moved:,} messages", r.after)):
+        table.add_row(
+            label, str(cost.buckets_scanned), str(cost.live_rows), str(cost.tombstones),
+            f"{cost.receive_ms:.1f} ms",
+        )  # fmt: skip
+    _console().print(table)
 
 
 def _console() -> Console:
