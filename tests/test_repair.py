@@ -61,7 +61,10 @@ def test_write_delayed_past_the_seal_is_sent_again_not_lost(
     result: list[int] = []
     writer = threading.Thread(target=lambda: result.append(slow.send(b"late")))
     writer.start()
-    time.sleep(0.2)  # A now holds ids 0..15
+    deadline = time.monotonic() + 30
+    while slow._ids.high_water == 0:  # wait until A holds its block (ids 0..15)
+        assert time.monotonic() < deadline, "writer A never reserved its ids"
+        time.sleep(0.01)
 
     # And writer B's messages after it were consumed, bucket 0 sealed and dropped
     fast.send_batch([b"on-time"] * 30)
