@@ -121,13 +121,15 @@ def test_batch_read_peeks_without_consuming(
 def test_idle_stream_acks_its_last_batch_and_never_redelivers(
     spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
 ) -> None:
-    queue = client.create_queue("idle", visibility_timeout=2.0)
+    # The lease must outlast a (slow, loaded) batch from read to commit; the idle
+    # wait below must outlast the lease.
+    queue = client.create_queue("idle", visibility_timeout=8.0)
     queue.send_batch([f"i{i}" for i in range(40)])
     query, table = to_memory(stream(spark, keyspace, "idle"), tmp_path / "ck", available_now=False)
     try:
         wait_for(lambda: spark.table(table).count() == 40, 120, "40 rows")
-        # Idle for well over the 2 s visibility timeout
-        time.sleep(6)
+        # Idle for well over the 8 s visibility timeout
+        time.sleep(20)
         rows = spark.table(table).collect()
         assert len(rows) == 40
         assert {r.delivery_count for r in rows} == {1}
