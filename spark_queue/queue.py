@@ -146,6 +146,7 @@ class Queue:
         # (bucket, id) -> monotonic time its lease by this handle ends: threads
         # sharing the handle skip what a sibling holds instead of racing for it.
         self._claims: dict[tuple[int, int], float] = {}
+        self._claims_pruned_at = 0.0
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, queue_id={self.queue_id})"
@@ -449,15 +450,18 @@ class Queue:
         self, count: int, timeout_ms: int, hint: int, buckets: Sequence[int] | None
     ) -> list[Delivery]:
         now = _now_ms()
+        # A caller naming buckets has them to itself (a Spark partition): no
+        # sibling thread to step around. Otherwise claimed rows show up only
+        # while a sibling's lease write is in flight.
+        claim = buckets is None
         with self._lock:
-            claimed = len(self._claims)
-        # Claimed rows show up only while a sibling's lease write is in flight.
+            claimed = len(self._claims) if claim else 0
         want = count * hint + min(claimed, 4 * count)
         if buckets is None:
             found = self._visible(want, now)
         else:
             found = self._candidates_in(buckets, want, now)
-        chosen = self._claim(found, count, hint, timeout_ms)
+        chosen = self._claim(found, count, hint, timeout_ms, claim=claim)
         if not chosen:
             return []
         limit = self.settings.max_deliveries
@@ -495,14 +499,22 @@ class Queue:
         return deliveries
 
     def _claim(
-        self, found: list[Candidate], count: int, hint: int, timeout_ms: int
+        self, found: list[Candidate], count: int, hint: int, timeout_ms: int, *, claim: bool
     ) -> list[Candidate]:
         """Pick ``count`` among the oldest ``count * hint`` not held by a sibling thread."""
+        if not claim:
+            window = found[: count * hint]
+            chosen = window if len(window) <= count else random.sample(window, count)
+            return sorted(chosen, key=lambda m: m.id)
         clock = time.monotonic()
         with self._lock:
-            if self._claims:
+            if self._claims and clock >= self._claims_pruned_at + 1.0:
+                # Leases that ran out unacked; at most once a second, not per receive.
                 self._claims = {k: t for k, t in self._claims.items() if t > clock}
-            free = [m for m in found if (m.bucket, m.id) not in self._claims][: count * hint]
+                self._claims_pruned_at = clock
+            free = [m for m in found if self._claims.get((m.bucket, m.id), 0.0) <= clock][
+                : count * hint
+            ]
             chosen = free if len(free) <= count else random.sample(free, count)
             for m in chosen:
                 self._claims[(m.bucket, m.id)] = clock + timeout_ms / 1000
@@ -663,6 +675,9 @@ class Queue:
         stale_keys = self.buckets.ack(
             [LeaseCheck(r.bucket, r.id, r.lease, r.expires_at_ms) for _, r in mine], _now_ms()
         )
+        with self._lock:  # acked (or someone else's by now): no sibling needs to skip them
+            for _, r in mine:
+                self._claims.pop((r.bucket, r.id), None)
         stale = foreign + [text for text, r in mine if (r.bucket, r.id) in stale_keys]
         if stale and strict:
             raise StaleReceipt(

@@ -324,7 +324,8 @@ def head(settings: ConnectionSettings, as_json: bool, **options: Any) -> None:
         "receive at the head", "buckets scanned", "live rows read", "tombstones read",
         "receive p50",
         title=f"bdq bench head: {r.moved:,} messages moved in {r.move_seconds:.0f} s"
-        f" ({r.move_rate:,.0f} msgs/s); head now at bucket {r.head_bucket:,}",
+        f" ({r.move_rate:,.0f} msgs/s); head now at bucket {r.head_bucket:,};"
+        f" waited {r.compaction_wait:.0f} s for compactions",
     )  # fmt: skip
     for label, cost in (("fresh queue", r.before), (f"after {r.moved:,} messages", r.after)):
         table.add_row(
