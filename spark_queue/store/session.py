@@ -151,10 +151,6 @@ class Store:
             batch.add(statement, params)
         return batch
 
-    def execute_batch(self, batch: BatchStatement, *, what: str) -> ResultSet:
-        with translate_errors(what):
-            return self.session.execute(batch)
-
     def execute_many(
         self, statements: Sequence[tuple[Any, Params]], *, what: str, concurrency: int = 32
     ) -> list[ResultSet]:
