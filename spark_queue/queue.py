@@ -357,21 +357,30 @@ class Queue:
             ids = self._write(outgoing, ids=reserved, pending=True, now=now)
             send_log.write(*key, SendState.WRITTEN, ids, now)
         if state is not SendState.DONE:
-            self._release(ids, outgoing, now)
+            # Written by an earlier attempt: it may have released them already.
+            self._release(ids, outgoing, now, retry=state is SendState.WRITTEN)
             send_log.write(*key, SendState.DONE, ids, now)
         return ids
 
-    def _release(self, ids: Sequence[int], outgoing: Sequence[_Outgoing], written_at: int) -> None:
-        """Make pending messages visible (after their delay), as fresh, never-delivered ones."""
+    def _release(
+        self, ids: Sequence[int], outgoing: Sequence[_Outgoing], written_at: int, *, retry: bool
+    ) -> None:
+        """Make pending messages visible (after their delay), as fresh, never-delivered ones.
+
+        A retry releases only what is still pending (no lease, not acked): a
+        consumer may hold a message the first attempt released, and resetting
+        its lease would fail that consumer's ack and deliver it twice.
+        """
         now = _now_ms()
         expires_at = written_at + self.settings.message_ttl * 1000
-        self.buckets.write_leases(
-            [
-                LeaseWrite(self.buckets.bucket_of(i), i, 0, now + o.delay_ms, 0, expires_at)
-                for i, o in zip(ids, outgoing, strict=True)
-            ],
-            now,
-        )
+        writes = [
+            LeaseWrite(self.buckets.bucket_of(i), i, 0, now + o.delay_ms, 0, expires_at)
+            for i, o in zip(ids, outgoing, strict=True)
+        ]
+        if retry:
+            self.buckets.release_pending(writes, now)
+        else:  # nobody can see them yet: one plain batch per bucket
+            self.buckets.write_leases(writes, now)
 
     def _payload_bytes(self, payload: object, index: int, count: int) -> bytes:
         where = f" (message {index + 1} of {count})" if count > 1 else ""
@@ -492,7 +501,8 @@ class Queue:
         with self._lock:
             for w in writes:
                 m = stored.get((w.bucket, w.id))
-                if m is not None and m.lease == w.lease:
+                # Acked between our scan and our lease write: finished, not ours.
+                if m is not None and m.lease == w.lease and not m.acked:
                     deliveries.append(self._delivery(m, w))
                 else:
                     self._claims.pop((w.bucket, w.id), None)
@@ -625,8 +635,18 @@ class Queue:
         """
         name = self.settings.dead_letter_queue
         assert name is not None  # QueueSettings ties it to max_deliveries
-        stored = self.buckets.read_many([(c.bucket, c.id) for c in candidates])
-        messages = [stored[(c.bucket, c.id)] for c in candidates if (c.bucket, c.id) in stored]
+        # Take them first, each only if still unacked under the lease we saw:
+        # of two consumers racing, one moves a message, and an acked one stays.
+        taken = self.buckets.take(
+            [LeaseCheck(c.bucket, c.id, c.lease, c.expires_at) for c in candidates],
+            _new_lease(),
+            now + int(self.settings.visibility_timeout * 1000),
+            now,
+        )
+        if not taken:
+            return
+        stored = self.buckets.read_many([(t.bucket, t.id) for t in taken])
+        messages = [stored[(t.bucket, t.id)] for t in taken if (t.bucket, t.id) in stored]
         try:
             dead_letters = self._open_queue(name)
             dead_letters.send_batch(
@@ -649,7 +669,7 @@ class Queue:
                 name,
             )
             return
-        self.buckets.ack([LeaseCheck(m.bucket, m.id, m.lease, m.expires_at) for m in messages], now)
+        self.buckets.ack(taken, now)
 
     # -- ack / visibility ----------------------------------------------------------------
 
