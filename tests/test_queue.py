@@ -22,7 +22,8 @@ from spark_queue import (
     QueueNotFound,
     StaleReceipt,
 )
-from spark_queue.queue import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE, Queue
+from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.queue import Queue
 
 pytestmark = pytest.mark.cassandra
 
@@ -372,13 +373,13 @@ def test_acked_message_is_not_moved_to_dead_letters(client: QueueClient) -> None
     queue.send(b"done-late")
     (first,) = queue.receive(1)
     time.sleep(0.3)  # the lease ran out: the next receive finds it past max_deliveries
-    move = queue._move_to_dead_letters
+    move = queue._dead_letters.move
 
-    def ack_then_move(*args: Any) -> None:
+    def ack_then_move(*args: Any) -> int:
         queue.ack(first.receipt)  # the slow consumer finished after all
-        move(*args)
+        return move(*args)
 
-    queue._move_to_dead_letters = ack_then_move  # type: ignore[method-assign]
+    queue._dead_letters.move = ack_then_move  # type: ignore[method-assign]
 
     assert queue.receive(1) == []
 
@@ -401,7 +402,7 @@ def test_two_consumers_racing_move_a_message_to_dead_letters_once(
         handles = [first_handle, other.queue("race-poison")]
         meet = threading.Barrier(2, timeout=3)
         for handle in handles:
-            opener = handle._open_queue
+            opener = handle._dead_letters._open_queue
 
             def meet_then_open(name: str, opener: Any = opener) -> Queue:
                 # both consumers decided to move it: meet before either sends
@@ -409,7 +410,7 @@ def test_two_consumers_racing_move_a_message_to_dead_letters_once(
                     meet.wait()
                 return opener(name)
 
-            handle._open_queue = meet_then_open  # type: ignore[method-assign]
+            handle._dead_letters._open_queue = meet_then_open
         threads = [threading.Thread(target=h.receive, args=(1,)) for h in handles]
         for t in threads:
             t.start()

@@ -111,16 +111,16 @@ def test_send_once_crashing_mid_write_is_finished_by_the_retry(client: QueueClie
 
 def test_send_once_crashing_before_release_is_released_by_the_retry(client: QueueClient) -> None:
     queue = client.create_queue("once-release")
-    original = queue._release
+    original = queue._sending.release
 
     def crash(*args: Any, **kwargs: Any) -> None:
         raise BackendUnavailable("injected: driver died before releasing")
 
-    queue._release = crash  # type: ignore[method-assign]
+    queue._sending.release = crash  # type: ignore[method-assign]
     with pytest.raises(BackendUnavailable):
         queue.send_batch_once("w", 9, 2, [b"x", b"y"])
     assert queue.peek(10) == []
-    queue._release = original  # type: ignore[method-assign]
+    queue._sending.release = original  # type: ignore[method-assign]
 
     queue.send_batch_once("w", 9, 2, [b"x", b"y"])
 

@@ -11,14 +11,16 @@ Times are integer milliseconds since the epoch throughout.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark_queue.store.session import Store
+from spark_queue.store.session import Store, translate_errors
 
 # Rows per single-partition batch, and their payload bytes: far below
 # Cassandra's mutation limit (half a commit-log segment) and kind to the heap.
@@ -143,6 +145,11 @@ class LeaseCheck:
     expires_at: int
 
 
+def now_ms() -> int:
+    """Wall time in integer milliseconds, the unit of every stored time."""
+    return int(time.time() * 1000)
+
+
 def ttl_left(expires_at: int, now: int) -> int:
     """Whole seconds until ``expires_at`` (at least 1 so CQL accepts it)."""
     return max(1, math.ceil((expires_at - now) / 1000))
@@ -178,6 +185,21 @@ class Buckets:
         self.store = store
         self.queue_id = queue_id
         self.bucket_size = bucket_size
+        self._traces: list[tuple[int, Any]] | None = None
+
+    @contextlib.contextmanager
+    def traced_scans(self) -> Iterator[list[tuple[int, Any]]]:
+        """Have Cassandra trace each candidate scan made inside the block (for benchmarks).
+
+        Yields a list that fills with ``(bucket, query trace)`` per scan. Meant
+        for one thread measuring one receive: scans are slower while traced.
+        """
+        traces: list[tuple[int, Any]] = []
+        self._traces = traces
+        try:
+            yield traces
+        finally:
+            self._traces = None
 
     def bucket_of(self, message_id: int) -> int:
         return message_id // self.bucket_size
@@ -414,9 +436,17 @@ class Buckets:
 
     def scan_candidates(self, bucket: int, now: int, limit: int) -> list[Candidate]:
         """Like ``scan_visible`` without payloads: a receive reads those only for what it keeps."""
-        rows = self.store.rows(
-            SCAN_CANDIDATES, (self.queue_id, bucket, now, limit), what="receiving messages"
-        )
+        params = (self.queue_id, bucket, now, limit)
+        traces = self._traces
+        if traces is None:
+            rows = self.store.rows(SCAN_CANDIDATES, params, what="receiving messages")
+        else:
+            with translate_errors("receiving messages (traced)"):
+                result = self.store.session.execute(
+                    self.store.prepare(SCAN_CANDIDATES), params, trace=True
+                )
+                rows = list(result)
+                traces.append((bucket, result.get_query_trace(10.0)))
         return [
             Candidate(row[0], bucket, row[1], row[2] or 0, row[3] or 0)
             for row in rows
