@@ -13,11 +13,23 @@
 
 How a message moves (seed 000, BlueDove; seed 001, CassieQ): a send takes ids
 from a block of the queue's sequence and writes each message into bucket
-``id // bucket_size``; a receive scans from the head for visible messages,
-leases some and hands out those whose lease it reads back; an ack is a
-conditional batch per bucket setting ``acked`` where the lease is still the
-receipt's (no tombstone per message); sealed, fully acked buckets are dropped
-whole and the head moves past them.
+``id // bucket_size``; a receive scans from the head for visible messages and
+leases some with a conditional batch per bucket; an ack is a conditional
+batch per bucket setting ``acked`` where the lease is still the receipt's (no
+tombstone per message); sealed, fully acked buckets are dropped whole and the
+head moves past them.
+
+Ownership of work between competing consumers (details in ``receiving.py``):
+a consumer owns exactly the deliveries whose conditional lease it won, each
+until its visibility timeout ends. Of consumers racing for a message, one
+wins and the others know it at once, so nobody is handed a duplicate; a
+loser scans again and takes the next messages, so consumers fall into step
+behind each other and K = 1 keeps the order. Takeover: when a consumer stops
+(crash, SIGKILL, network loss), its deliveries come back to the others when
+their visibility timeout ends, at most ``visibility_timeout`` after its last
+receive; there is no other state of it to expire. K (the order hint) no
+longer trades duplicates for order: it spreads many consumers over the
+oldest ``K * n`` messages so that fewer of their leases collide.
 """
 
 from __future__ import annotations

@@ -1,21 +1,41 @@
-"""Receiving: candidate scans, leases and their read-back, what threads of one handle share.
+"""Receiving: candidate scans, leases by compare-and-set, what threads of one handle share.
 
-How a receive works (seed 000, BlueDove):
+How a receive works (seed 000, BlueDove, with one change: see "Ownership"):
 
 1. **Scan** live buckets from the head for unacked messages whose
-   ``visible_at`` has passed (ids and leases only, no payloads) and keep
-   the oldest ``K * n`` (K: the order hint).
+   ``visible_at`` has passed, payloads and all, and keep the oldest
+   ``K * n`` (K: the order hint).
 2. **Pick** ``n`` of them at random, skipping what sibling threads of this
    handle hold (``claims.py``).
 3. **Lease** each pick: a fresh lease token, ``visible_at`` = now +
-   visibility timeout and one more delivery, in one single-partition batch
-   per bucket. Messages past ``max_deliveries`` move to the dead-letter
-   queue instead (``dead_letters.py``).
-4. **Read back** the picks, payloads and all, and hand out only those whose
-   lease is still ours and that nobody acked meanwhile. Cassandra's
-   last-write-wins keeps one lease per message, so only one receipt can ack
-   it; two consumers racing can still both get a message when each reads
-   back before the other's write lands (a duplicate, whose ack fails).
+   visibility timeout and one more delivery, written in one conditional
+   batch per bucket, ``IF lease = <the lease the scan saw> AND acked =
+   false``. Messages past ``max_deliveries`` move to the dead-letter queue
+   instead (``dead_letters.py``).
+4. **Hand out** the messages whose conditional lease applied. Two round
+   trips in all: the conditional batch answers the question a read-back of
+   plain lease writes would ask (did my lease win? is it still unacked?).
+
+Ownership. The consumer whose conditional lease applies owns that delivery
+until its visibility timeout ends; Paxos on the bucket's partition lets
+exactly one of several racing consumers win each message, and the losers
+learn it from the answer (no read-back, no duplicate delivery). A loser
+drops those picks and scans again at once, which lands it on the next
+messages of the head: racing consumers fall into step behind each other and
+keep the queue's order at K = 1. A consumer that dies (crash, SIGKILL, lost
+network) owns nothing but its in-flight deliveries; each is taken over, by
+whoever receives next, when its visibility timeout ends.
+
+Why not own whole buckets or slices of them for a while: consumers owning
+different parts of the queue deliver them side by side, so at K = 1 the
+messages of one producer arrive interleaved from several places (out of
+order), while owning the head's next messages one receive at a time is what
+the conditional lease already does. K now only spreads consumers over the
+oldest ``K * n`` messages, so fewer of their conditional batches collide
+(each collision costs a Paxos round and a scan), at the cost of order.
+
+A receive naming its buckets (a Spark partition, which has them to itself
+for a step) writes plain leases and reads them back instead, as before.
 """
 
 from __future__ import annotations
@@ -24,6 +44,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from spark_queue.bounds import Bounds
 from spark_queue.claims import Claims, pick_oldest
@@ -33,10 +54,28 @@ from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Receipt, new_lease
 from spark_queue.store.buckets import Buckets, Candidate, LeaseWrite, StoredMessage, now_ms
 
+#: Scans a receive makes at once after other consumers took all of its picks.
+RACE_RETRIES = 4
+
 
 def as_datetime(ms: int) -> datetime:
     """A stored time (integer ms) as an aware UTC datetime."""
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+M = TypeVar("M", Candidate, StoredMessage)
+
+
+def _lease(m: Candidate | StoredMessage, timeout_ms: int, now: int) -> LeaseWrite:
+    """A fresh lease on ``m`` until ``now + timeout_ms``: its next delivery."""
+    return LeaseWrite(
+        bucket=m.bucket,
+        id=m.id,
+        lease=new_lease(),
+        visible_at=now + timeout_ms,
+        delivery_count=m.delivery_count + 1,
+        expires_at=m.expires_at,
+    )
 
 
 def delivery_of(queue_id: uuid.UUID, m: StoredMessage, w: LeaseWrite) -> Delivery:
@@ -99,61 +138,77 @@ class Receiver:
     def receive_once(
         self, count: int, timeout_ms: int, hint: int, buckets: Sequence[int] | None
     ) -> list[Delivery]:
-        """One scan, pick, lease and read-back (see module doc)."""
+        """One scan, pick and lease (see module doc); a lost race scans again at once."""
+        for _ in range(RACE_RETRIES):
+            deliveries, raced = self._attempt(count, timeout_ms, hint, buckets)
+            if deliveries or not raced:
+                return deliveries
+        return []
+
+    def _attempt(
+        self, count: int, timeout_ms: int, hint: int, buckets: Sequence[int] | None
+    ) -> tuple[list[Delivery], bool]:
+        """``(deliveries, raced)``: raced when other consumers took every pick first."""
+        if buckets is not None:
+            return self._attempt_named(count, timeout_ms, hint, buckets), False
         now = now_ms()
-        # A caller naming buckets has them to itself (a Spark partition): no
-        # sibling thread to step around. Otherwise claimed rows show up only
-        # while a sibling's lease write is in flight.
-        claim = buckets is None
-        claimed = len(self.claims) if claim else 0
-        want = count * hint + min(claimed, 4 * count)
-        if buckets is None:
-            found = self._visible(want, now)
-            chosen = self.claims.pick(found, count, hint, timeout_ms / 1000, time.monotonic())
-        else:
-            found = self._candidates_in(buckets, want, now)
-            chosen = pick_oldest(found, count, hint, self.claims.rng)
-        if not chosen:
-            return []
-        limit = self._dead_letters.limit()
-        if limit is not None:
-            dead = [m for m in chosen if m.delivery_count >= limit]
-            if dead:
-                self._dead_letters.move(dead, now)
-                self.claims.drop((m.bucket, m.id) for m in dead)
-                chosen = [m for m in chosen if m.delivery_count < limit]
-        writes = [
-            LeaseWrite(
-                bucket=m.bucket,
-                id=m.id,
-                lease=new_lease(),
-                visible_at=now + timeout_ms,
-                delivery_count=m.delivery_count + 1,
-                expires_at=m.expires_at,
-            )
-            for m in chosen
-            if m.expires_at > now
+        # Claimed rows show up only while a sibling thread's lease is in flight.
+        want = count * hint + min(len(self.claims), 4 * count)
+        found = self._visible(want, now)
+        chosen = self.claims.pick(found, count, hint, timeout_ms / 1000, time.monotonic())
+        chosen = self._past_limit(chosen, now)
+        live = [m for m in chosen if m.expires_at > now]
+        if not live:
+            return [], False
+        writes = [_lease(m, timeout_ms, now) for m in live]
+        # Compare-and-set on the lease the scan saw: a message goes to one
+        # consumer only, and a loser knows at once (module doc, step 3).
+        missed = self._buckets.take_leases(writes, {(m.bucket, m.id): m.lease for m in live}, now)
+        self.claims.drop(missed)
+        deliveries = [
+            delivery_of(self._buckets.queue_id, m, w)
+            for m, w in zip(live, writes, strict=True)
+            if (w.bucket, w.id) not in missed
         ]
+        return deliveries, not deliveries
+
+    def _attempt_named(
+        self, count: int, timeout_ms: int, hint: int, buckets: Sequence[int]
+    ) -> list[Delivery]:
+        """A receive in buckets the caller has to itself (a Spark partition): plain leases."""
+        now = now_ms()
+        found = self._candidates_in(buckets, count * hint, now)
+        chosen = self._past_limit(pick_oldest(found, count, hint, self.claims.rng), now)
+        writes = [_lease(m, timeout_ms, now) for m in chosen if m.expires_at > now]
         self._buckets.write_leases(writes, now)
-        # Read the messages back, payloads and all: where a racing consumer's
-        # lease won (last write wins), the message is theirs; handing it out
-        # too would only be a duplicate whose ack must fail. Nothing is lost:
-        # the winner holds it. Payloads are read only for what was chosen.
+        # Read the leased messages, payloads and all, and check that our lease
+        # won (last write wins); a message acked between our scan and our
+        # lease write is not ours either.
         stored = self._buckets.read_many([(w.bucket, w.id) for w in writes])
-        deliveries, lost = [], []
+        deliveries = []
         for w in writes:
             m = stored.get((w.bucket, w.id))
-            # Acked between our scan and our lease write: finished, not ours.
             if m is not None and m.lease == w.lease and not m.acked:
                 deliveries.append(delivery_of(self._buckets.queue_id, m, w))
-            else:
-                lost.append((w.bucket, w.id))
-        self.claims.drop(lost)
         return deliveries
 
-    def _visible(self, want: int, now: int) -> list[Candidate]:
-        """Up to ``want`` visible messages from the live buckets, in id order."""
-        found: list[Candidate] = []
+    def _past_limit(self, chosen: list[M], now: int) -> list[M]:
+        """Move the picks past ``max_deliveries`` to the dead-letter queue; return the rest."""
+        limit = self._dead_letters.limit()
+        if limit is None:
+            return chosen
+        dead = [m for m in chosen if m.delivery_count >= limit]
+        if dead:
+            self._dead_letters.move(
+                [Candidate(m.id, m.bucket, m.expires_at, m.delivery_count, m.lease) for m in dead],
+                now,
+            )
+            self.claims.drop((m.bucket, m.id) for m in dead)
+        return [m for m in chosen if m.delivery_count < limit]
+
+    def _visible(self, want: int, now: int) -> list[StoredMessage]:
+        """Up to ``want`` visible messages (payloads too) from the live buckets, in id order."""
+        found: list[StoredMessage] = []
         bucket, tail_refreshed = self._bounds.head, False
         while len(found) < want:
             if bucket > self._bounds.last_bucket():
@@ -163,7 +218,7 @@ class Receiver:
                 tail_refreshed = True
                 continue
             if not self._bounds.skipped(bucket, now):
-                rows = self._buckets.scan_candidates(bucket, now, want - len(found))
+                rows = self._buckets.scan_visible(bucket, now, want - len(found))
                 found.extend(rows)
                 if not rows:
                     self._bounds.note_idle(bucket, now)

@@ -51,6 +51,32 @@ class Outgoing:
     delay_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class SendOncePlan:
+    """What a send-once still has to do, given the state its log records.
+
+    Attributes:
+        write: Write the messages (invisible) under the recorded ids.
+        release: Make them visible.
+        release_only_pending: Release only messages still pending: an earlier
+            attempt may have released them and a consumer may hold one now.
+    """
+
+    write: bool
+    release: bool
+    release_only_pending: bool
+
+    @classmethod
+    def after(cls, state: SendState) -> SendOncePlan:
+        """The plan for a send whose log says ``state`` (RESERVED for a new send)."""
+        return cls(
+            write=state is SendState.RESERVED,
+            release=state is not SendState.DONE,
+            # WRITTEN is recorded before the release starts: it may have run.
+            release_only_pending=state is SendState.WRITTEN,
+        )
+
+
 class Sender:
     """Writes the messages of one queue handle; safe to share between threads.
 
@@ -254,12 +280,12 @@ class Sender:
                 )
             reserved = [(i, float("-inf")) for i in previous]  # reserved long ago: always check
         ids = [i for i, _ in reserved]
-        if state is SendState.RESERVED:
+        plan = SendOncePlan.after(state)
+        if plan.write:
             ids = self.write(outgoing, ids=reserved, pending=True, now=now)
             send_log.write(*key, SendState.WRITTEN, ids, now)
-        if state is not SendState.DONE:
-            # Written by an earlier attempt: it may have released them already.
-            self.release(ids, outgoing, now, retry=state is SendState.WRITTEN)
+        if plan.release:
+            self.release(ids, outgoing, now, retry=plan.release_only_pending)
             send_log.write(*key, SendState.DONE, ids, now)
         return ids
 

@@ -341,27 +341,38 @@ def test_invalid_names_and_receive_arguments(client: QueueClient) -> None:
 # -- review defects (issue 7, section 3) -------------------------------------------------------
 
 
+@pytest.mark.parametrize("buckets", [None, [0]], ids=["shared", "named-buckets"])
 def test_message_acked_between_scan_and_lease_is_not_handed_out_again(
-    client: QueueClient,
+    client: QueueClient, buckets: list[int] | None
 ) -> None:
     # Given a message whose first lease ran out, still held (unacked) by its first consumer
     queue = client.create_queue("acked-race", visibility_timeout=0.2)
     queue.send(b"once")
     (first,) = queue.receive(1)
     time.sleep(0.3)
-    write_leases = queue.buckets.write_leases
+    scans = {"scan_visible": queue.buckets.scan_visible}
+    scans["scan_candidates"] = queue.buckets.scan_candidates
+    acked = threading.Event()
 
-    def ack_first_then_lease(*args: Any) -> None:
-        # the first consumer acks after the second scanned, before its lease lands
-        queue.ack(first.receipt)
-        write_leases(*args)
+    def then_ack_first(name: str) -> Any:
+        def scan(*args: Any) -> Any:
+            found = scans[name](*args)
+            if not acked.is_set():
+                # the first consumer acks after the second scanned, before its lease lands
+                queue.ack(first.receipt)
+                acked.set()
+            return found
 
-    queue.buckets.write_leases = ack_first_then_lease  # type: ignore[method-assign]
+        return scan
+
+    for name in scans:  # whichever scan the receive uses
+        setattr(queue.buckets, name, then_ack_first(name))
 
     # When a second receive scans, then leases the (now acked) message
-    again = queue.receive(1)
+    again = queue.receive(1, buckets=buckets)
 
     # Then it is not handed out: its ack could only fail
+    assert acked.is_set()
     assert again == []
 
 

@@ -41,6 +41,7 @@ from spark_queue.bench.metrics import (
     parse_payload,
     percentile,
 )
+from spark_queue.bench.receiver_processes import ReceiverSpec, run_receiver_processes
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings, check_int, check_seconds
 from spark_queue.errors import BackendUnavailable, InvalidSetting
@@ -77,6 +78,9 @@ class QueueBenchParams:
         seed: Seed of the random payloads (chosen at random when not given).
         baseline: Measure the raw insert baseline too.
         baseline_concurrency: In-flight requests of the raw baseline.
+        recv_processes: Run each receiver in its own process instead of a thread.
+        kill_receiver: SIGKILL one receiver (a process) once half the messages were
+            seen, and report when the messages it held were taken over.
     """
 
     messages: int = 20_000
@@ -93,6 +97,8 @@ class QueueBenchParams:
     seed: int = field(default_factory=lambda: random.randrange(2**32))
     baseline: bool = True
     baseline_concurrency: int = BASELINE_CONCURRENCY
+    recv_processes: bool = False
+    kill_receiver: bool = False
 
     def __post_init__(self) -> None:
         check_int("messages", self.messages, 1, 100_000_000)
@@ -108,6 +114,11 @@ class QueueBenchParams:
         check_int("bucket_size", self.bucket_size, 1, 100_000)
         check_int("seed", self.seed, 0, 2**63 - 1)
         check_int("baseline_concurrency", self.baseline_concurrency, 1, 4096)
+        if self.kill_receiver and self.recv_threads * self.queues < 2:
+            raise InvalidSetting(
+                f"kill_receiver with recv_threads {self.recv_threads}: needs at least 2"
+                " receivers, one to kill and one to take over"
+            )
         if self.messages < self.queues * self.send_threads:
             raise InvalidSetting(
                 f"messages {self.messages}: fewer than the {self.queues * self.send_threads}"
@@ -157,6 +168,12 @@ class QueueBenchResult:
         baseline_rate: Raw prepared inserts per second (mean of the measures before
             and after the queue phases), or None when not measured.
         baseline_rates: Each measure of the raw baseline, in the order taken.
+        killed_held: Messages the killed receiver held (received, unacked) when
+            killed, or None without ``kill_receiver``.
+        takeover_seconds: From the kill until every held message was delivered to
+            another receiver; None without a kill or if some never came back.
+        lost_held: Held messages never delivered again before the phase ended
+            (counted in ``loss_rate``).
     """
 
     params: QueueBenchParams
@@ -186,6 +203,9 @@ class QueueBenchResult:
     average_displacement: float
     baseline_rate: float | None
     baseline_rates: list[float]
+    killed_held: int | None = None
+    takeover_seconds: float | None = None
+    lost_held: int = 0
 
     @property
     def send_ratio(self) -> float | None:
@@ -266,6 +286,8 @@ def run_queue_bench(
     seed: int | None = None,
     baseline: bool = True,
     baseline_concurrency: int = BASELINE_CONCURRENCY,
+    recv_processes: bool = False,
+    kill_receiver: bool = False,
     progress: Progress | None = None,
 ) -> QueueBenchResult:
     """Run the benchmark once against ``settings``' cluster and keyspace.
@@ -292,6 +314,8 @@ def run_queue_bench(
         bucket_size=bucket_size,
         baseline=baseline,
         baseline_concurrency=baseline_concurrency,
+        recv_processes=recv_processes or kill_receiver,
+        kill_receiver=kill_receiver,
         **({} if seed is None else {"seed": seed}),
     )
     store = Store(settings)
@@ -416,9 +440,9 @@ class _Tally:
         self.last_new = time.monotonic()
         self.complete = threading.Event()
 
-    def record(self, deliveries: Sequence[Delivery]) -> None:
-        """Check each payload and append the good ones to the arrival order."""
-        parsed = [(d.id, parse_payload(d.payload)) for d in deliveries]
+    def record(self, deliveries: Sequence[tuple[int, bytes]]) -> None:
+        """Check each ``(id, payload)`` and append the good ones to the arrival order."""
+        parsed = [(message_id, parse_payload(payload)) for message_id, payload in deliveries]
         with self.lock:
             self.deliveries += len(parsed)
             before = len(self.seen) + len(self.corrupt_ids)
@@ -566,6 +590,9 @@ class _ReceivePhase:
     tallies: list[_Tally]
     stalled: bool
     errors: int
+    killed_held: int | None = None
+    takeover_seconds: float | None = None
+    lost_held: int = 0
 
 
 def _receive_phase(
@@ -580,6 +607,8 @@ def _receive_phase(
     for index in range(len(handles)):
         expected = sum(len(s.payloads) for s in senders if s.queue_index == index)
         tallies.append(_Tally(expected, arrivals, lock))
+    if params.recv_processes:
+        return _receive_phase_processes(params, handles, tallies, arrivals)
     errors = _Errors()
     threads = [(q, t) for q, t in enumerate(tallies) for _ in range(params.recv_threads)]
     receive_times: list[list[float]] = [[] for _ in threads]
@@ -615,7 +644,7 @@ def _receive_phase(
                 time.sleep(EMPTY_PAUSE)
                 continue
             receive_times[n].append(took)
-            tally.record(got)
+            tally.record([(d.id, d.payload) for d in got])
             if params.receive_delay:
                 time.sleep(params.receive_delay * len(got))
             receipts = [d.receipt for d in got]
@@ -640,6 +669,73 @@ def _receive_phase(
         tallies=tallies,
         stalled=stalled.is_set(),
         errors=errors.count,
+    )
+
+
+def _receive_phase_processes(
+    params: QueueBenchParams,
+    handles: Sequence[Queue],
+    tallies: Sequence[_Tally],
+    arrivals: list[tuple[int, int]],
+) -> _ReceivePhase:
+    """The receive phase with receiver processes (one queue; see ``receiver_processes``)."""
+    if len(handles) != 1:
+        raise InvalidSetting(
+            f"queues {len(handles)}: receiver processes run against one queue; use --queues 1"
+        )
+    (tally,) = tallies
+    spec = ReceiverSpec(
+        settings=handles[0].buckets.store.settings,
+        queue=handles[0].name,
+        receive_batch=params.receive_batch,
+        visibility_timeout=params.visibility_timeout,
+        order_hint=params.order_hint,
+        receive_delay=params.receive_delay,
+    )
+
+    def done() -> bool:
+        stalled = time.monotonic() - tally.last_new > params.stall_timeout
+        return tally.complete.is_set() or stalled
+
+    def ready() -> None:
+        with tally.lock:
+            tally.last_new = time.monotonic()  # the stall clock starts with the phase
+
+    outcome = run_receiver_processes(
+        spec,
+        params.recv_threads,
+        tally.record,
+        tally.add_stale,
+        lambda: len(tally.seen) / tally.expected,
+        done,
+        ready,
+        kill_one=params.kill_receiver,
+        deadline_after_kill=params.visibility_timeout + params.stall_timeout,
+    )
+    if outcome.held - set(outcome.taken_over):
+        # Held but never delivered again: acked after all (its report died with
+        # it), or lost. Ask the queue; a dropped bucket held only acked messages.
+        missing = outcome.held - set(outcome.taken_over)
+        buckets = handles[0].buckets
+        by_bucket: dict[int, list[int]] = {}
+        for i in missing:
+            by_bucket.setdefault(buckets.bucket_of(i), []).append(i)
+        unacked = {
+            m.id for b, ids in by_bucket.items() for m, acked in buckets.read(b, ids) if not acked
+        }
+        outcome.held -= missing - unacked
+    return _ReceivePhase(
+        seconds=outcome.seconds,
+        receive_seconds=outcome.receive_seconds,
+        ack_seconds=outcome.ack_seconds,
+        empty_receives=outcome.empty_receives,
+        arrivals=arrivals,
+        tallies=list(tallies),
+        stalled=not tally.complete.is_set(),
+        errors=outcome.errors,
+        killed_held=len(outcome.held) if outcome.killed else None,
+        takeover_seconds=outcome.takeover_seconds,
+        lost_held=outcome.lost_held,
     )
 
 
@@ -714,9 +810,13 @@ def _result(
         errors=send.errors + receive.errors,
         stalled=receive.stalled,
         duplication_rate=duplication_rate(deliveries - corrupt, distinct, m),
-        loss_rate=loss_rate(m, distinct),
+        # A held message never delivered again after the kill is lost to the run.
+        loss_rate=loss_rate(m, distinct - receive.lost_held),
         out_of_order_rate=order.out_of_order_rate,
         average_displacement=order.average_displacement,
         baseline_rate=sum(baseline_rates) / len(baseline_rates) if baseline_rates else None,
         baseline_rates=list(baseline_rates),
+        killed_held=receive.killed_held,
+        takeover_seconds=receive.takeover_seconds,
+        lost_held=receive.lost_held,
     )

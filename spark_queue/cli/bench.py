@@ -167,6 +167,16 @@ def bench() -> None:
     show_default=True,
     help="Most messages per receive.",
 )
+@click.option(
+    "--recv-processes",
+    is_flag=True,
+    help="Run each receiver in its own process (competing consumers sharing nothing).",
+)
+@click.option(
+    "--kill-receiver",
+    is_flag=True,
+    help="SIGKILL one receiver process halfway; report loss and takeover time.",
+)
 @_run_options
 @connection_options
 @json_option
@@ -406,6 +416,13 @@ def _result_table(r: QueueBenchResult) -> Table:
     table.add_row("distinct intact", str(r.distinct), "")
     table.add_row("corrupt", str(r.corrupt), "")
     table.add_row("stale acks", str(r.stale_acks), "")
+    if r.killed_held is not None:
+        table.add_row("killed receiver held", str(r.killed_held), "")
+        if r.takeover_seconds is not None:
+            took = f"{r.takeover_seconds:.1f} s"
+        else:
+            took = "nothing held" if r.killed_held == 0 else "never (lost)"
+        table.add_row("takeover after kill", took, "")
     table.add_row("send phase", f"{r.send_seconds:.1f} s", "")
     table.add_row("receive phase", f"{r.receive_seconds:.1f} s", "")
     if r.errors:

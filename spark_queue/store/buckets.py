@@ -62,6 +62,10 @@ LEASE = (
     "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?, delivery_count = ?"
     " WHERE queue_id = ? AND bucket = ? AND id = ?"
 )
+LEASE_IF = (
+    "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?, delivery_count = ?"
+    " WHERE queue_id = ? AND bucket = ? AND id = ? IF lease = ? AND acked = false"
+)
 ACK = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
     " IF lease = ? AND acked = false"
@@ -189,7 +193,7 @@ class Buckets:
 
     @contextlib.contextmanager
     def traced_scans(self) -> Iterator[list[tuple[int, Any]]]:
-        """Have Cassandra trace each candidate scan made inside the block (for benchmarks).
+        """Have Cassandra trace each bucket scan made inside the block (for benchmarks).
 
         Yields a list that fills with ``(bucket, query trace)`` per scan. Meant
         for one thread measuring one receive: scans are slower while traced.
@@ -241,6 +245,33 @@ class Buckets:
                 )
             )
         self._write_batches(LEASE, by_bucket, what="leasing received messages")
+
+    def take_leases(
+        self, leases: Sequence[LeaseWrite], seen: Mapping[tuple[int, int], int], now: int
+    ) -> set[tuple[int, int]]:
+        """Write leases only where the lease is still the one a scan saw; return the others.
+
+        A compare-and-set per message, in one conditional batch per bucket: of
+        consumers racing for a message exactly one gets it, and the others
+        learn so from the answer (no read-back, no duplicate delivery).
+        """
+        return self._where_lease(
+            LEASE_IF,
+            {
+                (w.bucket, w.id): (
+                    ttl_left(w.expires_at, now),
+                    w.lease,
+                    w.visible_at,
+                    w.delivery_count,
+                    self.queue_id,
+                    w.bucket,
+                    w.id,
+                    seen[(w.bucket, w.id)],
+                )
+                for w in leases
+            },
+            what="leasing received messages",
+        )
 
     def mark_acked(self, rows: Iterable[tuple[int, int, int]], now: int) -> None:
         """Mark ``(bucket, id, expires_at)`` rows acked without a condition (purge)."""
@@ -416,10 +447,19 @@ class Buckets:
 
     def scan_visible(self, bucket: int, now: int, limit: int) -> list[StoredMessage]:
         """Up to ``limit`` unacked messages of ``bucket`` visible at ``now``, oldest id first."""
-        rows = self.store.rows(
-            SCAN_VISIBLE, (self.queue_id, bucket, now, limit), what="receiving messages"
-        )
+        rows = self._scan(SCAN_VISIBLE, (self.queue_id, bucket, now, limit), bucket)
         return [m for row in rows if (m := _stored(row, bucket)) is not None]
+
+    def _scan(self, cql: str, params: Sequence[Any], bucket: int) -> list[tuple[Any, ...]]:
+        """Run a scan of one bucket, traced by Cassandra inside ``traced_scans``."""
+        traces = self._traces
+        if traces is None:
+            return self.store.rows(cql, params, what="receiving messages")
+        with translate_errors("receiving messages (traced)"):
+            result = self.store.session.execute(self.store.prepare(cql), params, trace=True)
+            rows = list(result)
+            traces.append((bucket, result.get_query_trace(10.0)))
+        return rows
 
     def unacked(self, bucket: int) -> list[tuple[int, int, int, int]]:
         """``(id, visible_at, delivery_count, expires_at)`` of each unacked message."""
@@ -436,17 +476,7 @@ class Buckets:
 
     def scan_candidates(self, bucket: int, now: int, limit: int) -> list[Candidate]:
         """Like ``scan_visible`` without payloads: a receive reads those only for what it keeps."""
-        params = (self.queue_id, bucket, now, limit)
-        traces = self._traces
-        if traces is None:
-            rows = self.store.rows(SCAN_CANDIDATES, params, what="receiving messages")
-        else:
-            with translate_errors("receiving messages (traced)"):
-                result = self.store.session.execute(
-                    self.store.prepare(SCAN_CANDIDATES), params, trace=True
-                )
-                rows = list(result)
-                traces.append((bucket, result.get_query_trace(10.0)))
+        rows = self._scan(SCAN_CANDIDATES, (self.queue_id, bucket, now, limit), bucket)
         return [
             Candidate(row[0], bucket, row[1], row[2] or 0, row[3] or 0)
             for row in rows
