@@ -39,8 +39,10 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from spark_queue.config import QueueSettings, check_int, check_seconds
+from spark_queue.counting import QueueCounter
 from spark_queue.errors import (
     InvalidMessage,
     MessageTooLarge,
@@ -49,6 +51,8 @@ from spark_queue.errors import (
     StaleReceipt,
 )
 from spark_queue.message import Delivery, Message, QueueStats, Receipt
+from spark_queue.metrics import QueueCounters
+from spark_queue.settings_change import SETTINGS_REFRESH, read_settings
 from spark_queue.store.buckets import (
     Buckets,
     Candidate,
@@ -61,6 +65,9 @@ from spark_queue.store.ids import IdBlocks
 from spark_queue.store.journal import Journal, JournalEntry
 from spark_queue.store.send_log import SendLog, SendState
 from spark_queue.store.session import Store
+
+if TYPE_CHECKING:
+    from spark_queue.redrive import RedriveResult
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +114,8 @@ class Queue:
     Attributes:
         name: The queue's name.
         queue_id: Its incarnation; a re-created queue gets a new one.
-        settings: Its settings, fixed at creation.
+        settings: Its settings (re-read every ``SETTINGS_REFRESH`` s: see
+            ``QueueClient.update_queue``).
     """
 
     def __init__(
@@ -120,7 +128,8 @@ class Queue:
     ) -> None:
         self.name = name
         self.queue_id = queue_id
-        self.settings = settings
+        self._settings = settings
+        self._settings_due = time.monotonic() + SETTINGS_REFRESH
         self._store = store
         self._open_queue = open_queue
         self.buckets = Buckets(store, queue_id, settings.bucket_size)
@@ -132,6 +141,8 @@ class Queue:
             bucket_size=settings.bucket_size,
         )
         self._journal = Journal(store, queue_id)
+        self._counter = QueueCounter(store, queue_id, settings.bucket_size)
+        self._counts = QueueCounters.of(name)  # this process's Prometheus counters
         self._lock = threading.Lock()
         self._maintenance_lock = threading.Lock()
         self._head = 0
@@ -150,6 +161,29 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, queue_id={self.queue_id})"
+
+    @property
+    def settings(self) -> QueueSettings:
+        """The queue's settings, read again when older than ``SETTINGS_REFRESH`` seconds."""
+        if time.monotonic() >= self._settings_due:
+            self._reload_settings()
+        return self._settings
+
+    def _reload_settings(self) -> None:
+        # Push the deadline first: sibling threads keep the current settings meanwhile.
+        self._settings_due = time.monotonic() + SETTINGS_REFRESH
+        try:
+            found = read_settings(self._store, self.name)
+        except SparkQueueError:
+            log.warning("queue %r: could not re-read its settings; keeping them", self.name)
+            return
+        if found is not None and found[0] == self.queue_id:
+            self._settings = found[1]  # else deleted or re-created: this handle keeps its own
+
+    def _apply_settings(self, settings: QueueSettings) -> None:
+        """Called by ``QueueClient.update_queue``: this process sees its own change at once."""
+        self._settings = settings
+        self._settings_due = time.monotonic() + SETTINGS_REFRESH
 
     def _mark_deleted(self) -> None:
         """Called by ``QueueClient.delete_queue``: this handle must not write any more."""
@@ -195,7 +229,9 @@ class Queue:
             headers: One mapping for every message, or one per message.
             delay: Seconds before visibility: one value, or one per message.
         """
-        return self._write(self._check_batch(payloads, headers, delay))
+        ids = self._write(self._check_batch(payloads, headers, delay))
+        self._counts.sent.inc(len(ids))
+        return ids
 
     def _check_batch(
         self,
@@ -359,6 +395,7 @@ class Queue:
         if state is not SendState.DONE:
             self._release(ids, outgoing, now)
             send_log.write(*key, SendState.DONE, ids, now)
+            self._counts.sent.inc(len(ids))
         return ids
 
     def _release(self, ids: Sequence[int], outgoing: Sequence[_Outgoing], written_at: int) -> None:
@@ -442,6 +479,7 @@ class Queue:
             deliveries = self._receive_once(count, int(timeout * 1000), hint, buckets)
             remaining = deadline - time.monotonic()
             if deliveries or remaining <= 0:
+                self._counts.received.inc(len(deliveries))
                 return deliveries
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, 0.5)
@@ -650,6 +688,41 @@ class Queue:
             )
             return
         self.buckets.ack([LeaseCheck(m.bucket, m.id, m.lease, m.expires_at) for m in messages], now)
+        self._counts.dead_lettered.inc(len(messages))
+
+    def redrive(
+        self,
+        to: str | None = None,
+        max_messages: int | None = None,
+        rate: float | None = None,
+        *,
+        visibility_timeout: float = 30.0,
+        progress: Callable[[int], None] | None = None,
+    ) -> RedriveResult:
+        """Move this dead-letter queue's messages back to their source queues, each at most once.
+
+        See ``spark_queue.redrive``: payload and headers go back, minus the
+        dead-letter headers, plus ``bdq-redrive-count``; a run killed midway can
+        simply be run again once its lease (``visibility_timeout``) has passed.
+
+        Args:
+            to: Send every message to this queue instead of its source.
+            max_messages: Stop after moving this many.
+            rate: Most messages moved per second.
+            visibility_timeout: Seconds the messages being moved stay leased.
+            progress: Called with the count moved so far after each round.
+        """
+        from spark_queue.redrive import redrive  # imports this module
+
+        return redrive(
+            self,
+            self._open_queue,
+            to=to,
+            max_messages=max_messages,
+            rate=rate,
+            visibility_timeout=visibility_timeout,
+            progress=progress,
+        )
 
     # -- ack / visibility ----------------------------------------------------------------
 
@@ -679,6 +752,8 @@ class Queue:
             for _, r in mine:
                 self._claims.pop((r.bucket, r.id), None)
         stale = foreign + [text for text, r in mine if (r.bucket, r.id) in stale_keys]
+        self._counts.acked.inc(len(receipts) - len(stale))
+        self._counts.stale_acks.inc(len(stale))
         if stale and strict:
             raise StaleReceipt(
                 f"{len(stale)} of {len(receipts)} receipt(s) for queue {self.name!r} no longer"
@@ -762,6 +837,8 @@ class Queue:
             [LeaseCheck(e.bucket, e.id, e.lease, e.expires_at) for e in entries], _now_ms()
         )
         self._journal.forget(consumer, step)
+        self._counts.acked.inc(len(entries) - len(stale))
+        self._counts.stale_acks.inc(len(stale))
         return len(entries) - len(stale), len(stale)
 
     def _redeliver(self, entries: Sequence[JournalEntry]) -> list[Delivery]:
@@ -817,22 +894,14 @@ class Queue:
             for m in found
         ]
 
-    def stats(self) -> QueueStats:
-        """Approximate counts from one scan of every live bucket (no payloads read)."""
-        now = _now_ms()
-        visible = in_flight = delayed = 0
-        buckets = self.live_buckets()
-        for bucket in buckets:
-            for _, visible_at, deliveries, _ in self.buckets.unacked(bucket):
-                if visible_at <= now:
-                    visible += 1
-                elif deliveries > 0:
-                    in_flight += 1
-                else:
-                    delayed += 1
-        return QueueStats(
-            visible=visible, in_flight=in_flight, delayed=delayed, buckets=len(buckets)
-        )
+    def stats(self, *, exact: bool = False) -> QueueStats:
+        """Approximate counts at a bounded cost per call (see ``spark_queue.counting``).
+
+        Args:
+            exact: Scan every live bucket (a cost that grows with the backlog).
+        """
+        self._refresh_bounds()
+        return self._counter.stats(self._head, self._tail, exact=exact)
 
     def purge(self) -> int:
         """Remove every message in the queue now (visible, in flight or delayed).
