@@ -59,7 +59,9 @@ def stats(
     if as_json:
         echo_json([asdict(r) | {"speedup": r.speedup} for r in results])
         return
-    Console(soft_wrap=True).print(_table(results, bucket_size))
+    console = Console(soft_wrap=True)
+    console = console if console.is_terminal else Console(soft_wrap=True, width=140)
+    console.print(_table(results, bucket_size))
 
 
 def _table(results: Sequence[Any], bucket_size: int) -> Table:
