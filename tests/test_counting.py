@@ -158,3 +158,16 @@ def test_bdq_queue_stats_prints_the_fields(keyspace: ConnectionSettings) -> None
     result = CliRunner().invoke(main, ["queue", "stats", "cli", *connection])
     assert result.exit_code == 0
     assert "in flight" in result.stdout and "oldest" in result.stdout
+
+
+@pytest.mark.cassandra
+def test_bdq_bench_stats_measures_each_size(keyspace: ConnectionSettings) -> None:
+    connection = ["--hosts", ",".join(map(str, keyspace.hosts)), "--keyspace", keyspace.keyspace]
+    args = ["bench", "stats", "--buckets", "2,20", "--bucket-size", "5", "--samples", "3", "--json"]
+    result = CliRunner().invoke(main, [*args, *connection])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [(r["buckets"], r["messages"]) for r in rows] == [(2, 10), (20, 100)]
+    assert [r["buckets_scanned_per_call"] for r in rows] == [2, 16]
+    assert all(r["visible_exact"] == r["visible_cheap"] == r["messages"] for r in rows)
+    assert all(r["exact_ms"] > 0 and r["cheap_p50_ms"] > 0 for r in rows)

@@ -47,16 +47,11 @@ def test_top_once_prints_one_frame_of_the_matching_queues(keyspace: ConnectionSe
     assert row.split("│")[2].strip() == "7"  # the visible column
 
 
-@pytest.mark.cassandra
-def test_top_runs_live_in_a_terminal_and_quits_cleanly_on_ctrl_c(
-    keyspace: ConnectionSettings,
-) -> None:
-    with QueueClient(settings=keyspace) as client:
-        client.create_queue("live-queue").send(b"x")
-    bdq = str(Path(sys.executable).with_name("bdq"))
+def run_in_terminal(args: list[str], marker: bytes) -> tuple[int, bytes]:
+    """Run ``args`` under a pseudo-terminal until ``marker`` shows twice, then press Ctrl-C."""
     controller, terminal = pty.openpty()
     process = subprocess.Popen(
-        [bdq, "top", "--interval", "0.3", *connection(keyspace)],
+        args,
         stdin=terminal,
         stdout=terminal,
         stderr=terminal,
@@ -66,13 +61,10 @@ def test_top_runs_live_in_a_terminal_and_quits_cleanly_on_ctrl_c(
     screen = b""
     try:
         deadline = time.monotonic() + 60
-        frames = 0
-        while time.monotonic() < deadline and frames < 2:
-            ready, _, _ = select.select([controller], [], [], 0.5)
-            if ready:
+        while time.monotonic() < deadline and screen.count(marker) < 2:
+            if select.select([controller], [], [], 0.5)[0]:
                 screen += os.read(controller, 65536)
-                frames = screen.count(b"live-queue")
-        assert frames >= 2, screen.decode(errors="replace")  # a first frame and a refresh
+        assert screen.count(marker) >= 2, screen.decode(errors="replace")  # a frame, a refresh
         process.send_signal(signal.SIGINT)
         code = process.wait(20)
         while select.select([controller], [], [], 0.2)[0]:
@@ -87,5 +79,29 @@ def test_top_runs_live_in_a_terminal_and_quits_cleanly_on_ctrl_c(
         if process.poll() is None:
             process.kill()
         os.close(controller)
+    return code, screen
+
+
+@pytest.mark.cassandra
+def test_top_runs_live_in_a_terminal_and_quits_cleanly_on_ctrl_c(
+    keyspace: ConnectionSettings,
+) -> None:
+    with QueueClient(settings=keyspace) as client:
+        client.create_queue("live-queue").send(b"x")
+    bdq = str(Path(sys.executable).with_name("bdq"))
+    code, screen = run_in_terminal(
+        [bdq, "top", "--interval", "0.3", *connection(keyspace)], b"live-queue"
+    )
     assert code == 0
     assert b"Traceback" not in screen and b"Aborted" not in screen
+
+
+@pytest.mark.cassandra
+def test_queue_stats_watch_refreshes_until_ctrl_c(keyspace: ConnectionSettings) -> None:
+    with QueueClient(settings=keyspace) as client:
+        client.create_queue("watched").send_batch([b"x"] * 3)
+    bdq = str(Path(sys.executable).with_name("bdq"))
+    args = [bdq, "queue", "stats", "watched", "--watch", "--interval", "0.3"]
+    code, screen = run_in_terminal([*args, *connection(keyspace)], b"watched")
+    assert code == 0
+    assert b"Traceback" not in screen
