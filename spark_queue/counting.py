@@ -31,12 +31,10 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 
+from spark_queue.defaults import COUNT_BUDGET
 from spark_queue.message import QueueStats
 from spark_queue.store.counts import BucketCount, BucketCounts
 from spark_queue.store.session import Store
-
-#: Most buckets one count scans (when a queue has more live buckets than this).
-COUNT_BUDGET = 16
 
 
 def plan_scans(

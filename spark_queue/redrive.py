@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 from spark_queue import metrics
 from spark_queue.config import check_int, check_queue_name, check_seconds
+from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
 from spark_queue.errors import InvalidSetting, QueueNotFound
-from spark_queue.queue import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
 
 if TYPE_CHECKING:
     from spark_queue.message import Delivery

@@ -28,8 +28,6 @@ from spark_queue.config import QueueSettings, check_queue_name
 from spark_queue.errors import InvalidSetting, QueueNotFound, SparkQueueError
 from spark_queue.store.session import Store
 
-#: Seconds a handle uses its settings before reading them again.
-SETTINGS_REFRESH = 2.0
 #: Settings ``update_queue`` may change.
 CHANGEABLE = (
     "visibility_timeout",

@@ -17,7 +17,8 @@ from click.testing import CliRunner
 
 from spark_queue import ConnectionSettings, QueueClient, SparkQueueError
 from spark_queue.cli import main
-from spark_queue.queue import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE, Queue
+from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.queue import Queue
 from spark_queue.redrive import HEADER_REDRIVES, redriven_headers
 
 pytestmark = pytest.mark.cassandra

@@ -19,8 +19,8 @@ from spark_queue import (
     QueueNotFound,
 )
 from spark_queue.cli import main
+from spark_queue.defaults import SETTINGS_REFRESH
 from spark_queue.message import Receipt
-from spark_queue.settings_change import SETTINGS_REFRESH
 
 pytestmark = pytest.mark.cassandra
 
