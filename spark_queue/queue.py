@@ -37,6 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -49,6 +50,7 @@ from spark_queue.errors import (
     StaleReceipt,
 )
 from spark_queue.message import Delivery, Message, QueueStats, Receipt
+from spark_queue.producer import Producer
 from spark_queue.store.buckets import (
     Buckets,
     Candidate,
@@ -147,6 +149,7 @@ class Queue:
         # sharing the handle skip what a sibling holds instead of racing for it.
         self._claims: dict[tuple[int, int], float] = {}
         self._claims_pruned_at = 0.0
+        self._producer: Producer | None = None  # for send_async, made on first use
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, queue_id={self.queue_id})"
@@ -175,6 +178,34 @@ class Queue:
             delay: Seconds before the message becomes visible.
         """
         return self.send_batch([payload], headers=headers, delay=delay)[0]
+
+    def send_async(
+        self, payload: Payload, headers: Mapping[str, str] | None = None, delay: float = 0.0
+    ) -> Future[int]:
+        """Send one message in the background; return a future of its id.
+
+        The message is checked now (bad input raises here and nothing is
+        queued), then written in a batch with others by this handle's
+        ``Producer`` (default settings; make your own ``Producer`` for others).
+        The future resolves once the message is durable, or fails with a
+        SparkQueueError. ``flush()`` waits for every message sent so far.
+        """
+        with self._lock:
+            producer = self._producer
+            if producer is None:
+                producer = self._producer = Producer(self)
+        return producer.send(payload, headers, delay)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message of ``send_async`` so far is durable (see ``Producer.flush``).
+
+        Raises:
+            SparkQueueError: A message failed since the last flush, or ``timeout`` passed.
+        """
+        with self._lock:
+            producer = self._producer
+        if producer is not None:
+            producer.flush(timeout)
 
     def send_batch(
         self,
