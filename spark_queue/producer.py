@@ -217,6 +217,11 @@ class Producer:
             # A message larger than the whole bound still goes, alone.
             if self._bytes == 0 or self._bytes + size <= self.max_bytes_in_flight:
                 return
+            if threading.current_thread() is self._thread:
+                raise SparkQueueError(
+                    f"send to queue {self.queue.name!r} from a future's callback: the producer is"
+                    " full and its own thread would wait for itself; send from another thread"
+                )
             now = time.monotonic()
             if deadline is None:
                 deadline = now + self.max_block
@@ -244,6 +249,11 @@ class Producer:
         """
         wait = None if timeout is None else check_seconds("timeout", timeout, allow_zero=True)
         with self._lock:
+            if threading.current_thread() is self._thread:
+                raise SparkQueueError(
+                    f"flush of queue {self.queue.name!r} from a future's callback would wait for"
+                    " itself; flush from another thread"
+                )
             target = self._accepted
             self._flushers += 1
             self._wake.notify()
@@ -389,30 +399,30 @@ class Producer:
         try:
             blocks = queue._ids.take(len(items))
             reserved = [(i, block.requested_at) for block in blocks for i in block.ids]
+            enqueued_at = int(time.time() * 1000)
+            writes = self._split(batch, items, reserved, enqueued_at)
         except Exception as e:
             with self._lock:
                 self._requests -= 1
             self._resolve(_Write(batch, items, [], 0), None, translated(e, what))
             return
-        enqueued_at = int(time.time() * 1000)
-        writes = self._split(batch, items, reserved, enqueued_at)
         with self._lock:
             self._requests += len(writes) - 1  # one was reserved when the batch was taken
         buckets = queue.buckets
         ttl_ms = queue.settings.message_ttl * 1000
         for w in writes:
-            messages = [
-                NewMessage(
-                    id=message_id,
-                    payload=item.outgoing.payload,
-                    headers=item.outgoing.headers,
-                    enqueued_at=enqueued_at,
-                    visible_at=enqueued_at + item.outgoing.delay_ms,
-                    expires_at=enqueued_at + ttl_ms,
-                )
-                for item, (message_id, _) in zip(w.items, w.ids, strict=True)
-            ]
             try:
+                messages = [
+                    NewMessage(
+                        id=message_id,
+                        payload=item.outgoing.payload,
+                        headers=item.outgoing.headers,
+                        enqueued_at=enqueued_at,
+                        visible_at=enqueued_at + item.outgoing.delay_ms,
+                        expires_at=enqueued_at + ttl_ms,
+                    )
+                    for item, (message_id, _) in zip(w.items, w.ids, strict=True)
+                ]
                 statement, params = buckets.insert_statement(messages, enqueued_at)
                 future = buckets.store.execute_async(statement, params, what=what)
             except Exception as e:

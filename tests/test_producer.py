@@ -20,6 +20,7 @@ from spark_queue import (
     QueueClient,
     SparkQueueError,
 )
+from spark_queue.bench.queue_bench import run_queue_bench
 from spark_queue.local import cql
 from spark_queue.producer import Producer
 from spark_queue.queue import Queue
@@ -255,3 +256,35 @@ def test_a_write_delayed_past_the_seal_is_repaired_before_its_future_resolves(
         # Then the future resolves with the id it was sent again under, and it is delivered
         assert future.result(timeout=30) >= 16
         assert drain(fast) == [b"late"]
+
+
+def test_a_callback_that_flushes_gets_an_error_instead_of_waiting_for_itself(
+    client: QueueClient,
+) -> None:
+    queue = client.create_queue("callback")
+    producer = Producer(queue, linger=HOLD)
+    seen: list[SparkQueueError] = []
+
+    def callback(_: Future[int]) -> None:
+        try:
+            producer.flush()
+        except SparkQueueError as e:
+            seen.append(e)
+
+    producer.send("x").add_done_callback(callback)  # runs on the producer's thread
+    producer.close(timeout=60)
+
+    assert seen and "would wait for itself" in str(seen[0])
+
+
+# -- the benchmark's sender path ---------------------------------------------------------
+
+
+def test_bench_queue_async_send_loses_nothing(keyspace: ConnectionSettings) -> None:
+    result = run_queue_bench(
+        keyspace, messages=600, recv_threads=1, receive_batch=100, async_send=True, baseline=False
+    )
+
+    assert result.params.async_send
+    assert result.distinct == 600 and result.loss_rate == 0 and result.corrupt == 0
+    assert result.send_ops == 600 and result.send_p50_ms is not None

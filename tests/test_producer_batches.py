@@ -6,6 +6,10 @@ from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from spark_queue.bench.queue_bench import QueueBenchParams
+from spark_queue.errors import InvalidSetting
 from spark_queue.producer import Producer, _Accepted, _Batch
 from spark_queue.store.buckets import BATCH_BYTES, BATCH_ROWS
 
@@ -44,3 +48,8 @@ def test_a_bucket_is_cut_at_the_store_row_and_byte_limits() -> None:
     big = accepted(3, size=BATCH_BYTES // 2)
     writes = producer(bucket_size=10**9)._split(_Batch(0, 3), big, [(i, 0.0) for i in range(3)], 0)
     assert [len(w.items) for w in writes] == [2, 1]
+
+
+def test_bench_async_send_takes_single_messages_only() -> None:
+    with pytest.raises(InvalidSetting, match="send_batch 10: async_send sends single messages"):
+        QueueBenchParams(send_batch=10, async_send=True)
