@@ -188,7 +188,17 @@ class Queue:
         queued), then written in a batch with others by this handle's
         ``Producer`` (default settings; make your own ``Producer`` for others).
         The future resolves once the message is durable, or fails with a
-        SparkQueueError. ``flush()`` waits for every message sent so far.
+        SparkQueueError. ``flush()`` waits for every message sent so far;
+        ``QueueClient.close()`` flushes too.
+
+        Args:
+            payload: bytes, or str (sent UTF-8 encoded).
+            headers: String key/value pairs kept with the message.
+            delay: Seconds before the message becomes visible.
+
+        Raises:
+            InvalidMessage: The message breaks a rule (nothing is queued).
+            BackendUnavailable: The producer stayed full for its ``max_block``.
         """
         with self._lock:
             producer = self._producer
