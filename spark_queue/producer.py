@@ -1,9 +1,10 @@
 """The producer: single-message sends that travel in batches (Kafka's producer, for one queue).
 
-A synchronous ``send`` waits for its own round trip. ``Producer.send`` (and
-``Queue.send_async``, which uses one producer per queue handle) checks the
-message at once, puts it in a buffer and returns a ``Future`` of its id. One
-background thread per producer empties the buffer:
+A synchronous ``send`` waits for its own round trip. ``Producer.send`` (get a
+producer from ``Queue.producer()``; ``Queue.send_async`` uses one per queue
+handle) checks the message at once, as ``sending.Sender`` does, puts it in a
+buffer and returns a ``Future`` of its id. One background thread per producer
+empties the buffer:
 
 * **Batches.** It waits up to ``linger`` seconds after the oldest buffered
   message for ``batch_size`` messages, reserves their ids from the queue's id
@@ -15,7 +16,7 @@ background thread per producer empties the buffer:
 * **Durable, then resolved.** A future gets its id only once Cassandra
   acknowledged the write at the configured consistency, and, for a write that
   completed more than the queue's ``seal_delay`` after its ids were reserved,
-  once the engine's delayed-write repair checked the seal (and sent the
+  once the sender's delayed-write repair checked the seal (and sent the
   message again under a new id if its bucket was sealed meanwhile). A failed
   write fails each of its futures with a ``SparkQueueError``
   (``BackendUnavailable`` and so on); nothing is dropped silently. A write
@@ -46,11 +47,11 @@ from typing import TYPE_CHECKING, Any
 
 from spark_queue.config import check_int, check_seconds
 from spark_queue.errors import BackendUnavailable, SparkQueueError
-from spark_queue.store.buckets import BATCH_BYTES, BATCH_ROWS, NewMessage
+from spark_queue.store.buckets import BATCH_BYTES, BATCH_ROWS, Buckets, now_ms
 from spark_queue.store.session import translated
 
 if TYPE_CHECKING:
-    from spark_queue.queue import Payload, Queue, _Outgoing
+    from spark_queue.sending import Outgoing, Payload, Sender
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class _Accepted:
     """A message accepted by ``send``, waiting for its batch."""
 
     seq: int
-    outgoing: _Outgoing
+    outgoing: Outgoing
     size: int
     at: float  # monotonic time of acceptance
     future: Future[int]
@@ -103,11 +104,13 @@ _Landed = tuple[_Write, BaseException | None]  # a write Cassandra answered, and
 class Producer:
     """Sends single messages to one queue in batches, in the background.
 
-    Use it as a context manager, or call ``close()``. Safe to share between
-    threads.
+    Get one from ``Queue.producer()``. Use it as a context manager, or call
+    ``close()``. Safe to share between threads.
 
     Args:
-        queue: The queue to send to.
+        sender: The queue handle's sender (checks, ids, repair).
+        buckets: The queue's bucket store (the writes).
+        name: The queue's name (for messages).
         linger: Seconds to wait after the oldest buffered message for a full
             batch (0: send what is there at once).
         batch_size: Most messages per batch (1 to 2000).
@@ -123,7 +126,9 @@ class Producer:
 
     def __init__(
         self,
-        queue: Queue,
+        sender: Sender,
+        buckets: Buckets,
+        name: str,
         *,
         linger: float = DEFAULT_LINGER,
         batch_size: int = DEFAULT_BATCH_SIZE,
@@ -131,7 +136,9 @@ class Producer:
         max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
         max_block: float = DEFAULT_MAX_BLOCK,
     ) -> None:
-        self.queue = queue
+        self.name = name
+        self._sender = sender
+        self._buckets = buckets
         self.linger = check_seconds("linger", linger, allow_zero=True)
         self.batch_size = check_int("batch_size", batch_size, 1, BATCH_ROWS)
         self.max_requests = check_int("max_requests", max_requests, 1, 1024)
@@ -154,7 +161,7 @@ class Producer:
         self._thread: threading.Thread | None = None
 
     def __repr__(self) -> str:
-        return f"Producer({self.queue.name!r}, linger={self.linger}, batch_size={self.batch_size})"
+        return f"Producer({self.name!r}, linger={self.linger}, batch_size={self.batch_size})"
 
     def __enter__(self) -> Producer:
         return self
@@ -189,9 +196,7 @@ class Producer:
             BackendUnavailable: The producer stayed full for ``max_block`` seconds.
             SparkQueueError: The producer is closed.
         """
-        queue = self.queue
-        queue._check_alive()
-        outgoing = queue._check_batch([payload], headers, delay)[0]
+        outgoing = self._sender.check_one(payload, headers, delay)
         size = len(outgoing.payload) + sum(len(k) + len(v) for k, v in outgoing.headers.items())
         future: Future[int] = Future()
         with self._lock:
@@ -212,14 +217,14 @@ class Producer:
         while True:
             if self._closed:
                 raise SparkQueueError(
-                    f"producer for queue {self.queue.name!r}: closed; create a new one to send"
+                    f"producer for queue {self.name!r}: closed; create a new one to send"
                 )
             # A message larger than the whole bound still goes, alone.
             if self._bytes == 0 or self._bytes + size <= self.max_bytes_in_flight:
                 return
             if threading.current_thread() is self._thread:
                 raise SparkQueueError(
-                    f"send to queue {self.queue.name!r} from a future's callback: the producer is"
+                    f"send to queue {self.name!r} from a future's callback: the producer is"
                     " full and its own thread would wait for itself; send from another thread"
                 )
             now = time.monotonic()
@@ -227,7 +232,7 @@ class Producer:
                 deadline = now + self.max_block
             if now >= deadline:
                 raise BackendUnavailable(
-                    f"send to queue {self.queue.name!r}: {self._bytes} bytes accepted and not yet"
+                    f"send to queue {self.name!r}: {self._bytes} bytes accepted and not yet"
                     f" durable for {self.max_block:g} s, at max_bytes_in_flight ="
                     f" {self.max_bytes_in_flight}; Cassandra is not keeping up (nothing of this"
                     " message was sent): send again later, or raise max_block"
@@ -251,7 +256,7 @@ class Producer:
         with self._lock:
             if threading.current_thread() is self._thread:
                 raise SparkQueueError(
-                    f"flush of queue {self.queue.name!r} from a future's callback would wait for"
+                    f"flush of queue {self.name!r} from a future's callback would wait for"
                     " itself; flush from another thread"
                 )
             target = self._accepted
@@ -265,7 +270,7 @@ class Producer:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         raise BackendUnavailable(
-                            f"flush of queue {self.queue.name!r}: {self._unresolved()} message(s)"
+                            f"flush of queue {self.name!r}: {self._unresolved()} message(s)"
                             f" still not durable after {wait:g} s; their futures resolve when"
                             " Cassandra answers"
                         )
@@ -276,7 +281,7 @@ class Producer:
             self._failed, self._first_failure = 0, None
         if first is not None:
             error = type(first)(
-                f"{failed} message(s) to queue {self.queue.name!r} failed since the last flush;"
+                f"{failed} message(s) to queue {self.name!r} failed since the last flush;"
                 f" their futures hold the errors; the first: {first}"
             )
             raise error from first
@@ -311,7 +316,7 @@ class Producer:
         # Not a daemon: an interpreter exiting with messages buffered sends them
         # first (the driver's own exit hook runs after non-daemon threads end).
         self._thread = threading.Thread(
-            target=self._run, name=f"bdq-producer-{self.queue.name}", daemon=False
+            target=self._run, name=f"bdq-producer-{self.name}", daemon=False
         )
         self._thread.start()
 
@@ -334,7 +339,7 @@ class Producer:
             # Every call above that can fail is caught where it happens; should a
             # bug slip through, the next send or flush starts a new thread, which
             # picks up what this one left (buffer, landed writes).
-            log.exception("producer for queue %r: background thread failed", self.queue.name)
+            log.exception("producer for queue %r: background thread failed", self.name)
             with self._lock:
                 self._thread = None
             raise
@@ -394,12 +399,10 @@ class Producer:
 
     def _dispatch(self, batch: _Batch, items: list[_Accepted]) -> None:
         """Reserve ids for a batch (in buffer order) and issue one write per bucket chunk."""
-        queue = self.queue
-        what = f"sending {len(items)} message(s) to queue {queue.name!r}"
+        what = f"sending {len(items)} message(s) to queue {self.name!r}"
         try:
-            blocks = queue._ids.take(len(items))
-            reserved = [(i, block.requested_at) for block in blocks for i in block.ids]
-            enqueued_at = int(time.time() * 1000)
+            reserved = self._sender.reserve(len(items))
+            enqueued_at = now_ms()
             writes = self._split(batch, items, reserved, enqueued_at)
         except Exception as e:
             with self._lock:
@@ -408,21 +411,11 @@ class Producer:
             return
         with self._lock:
             self._requests += len(writes) - 1  # one was reserved when the batch was taken
-        buckets = queue.buckets
-        ttl_ms = queue.settings.message_ttl * 1000
+        buckets = self._buckets
         for w in writes:
             try:
-                messages = [
-                    NewMessage(
-                        id=message_id,
-                        payload=item.outgoing.payload,
-                        headers=item.outgoing.headers,
-                        enqueued_at=enqueued_at,
-                        visible_at=enqueued_at + item.outgoing.delay_ms,
-                        expires_at=enqueued_at + ttl_ms,
-                    )
-                    for item, (message_id, _) in zip(w.items, w.ids, strict=True)
-                ]
+                outgoing = [item.outgoing for item in w.items]
+                messages = self._sender.new_messages(outgoing, w.ids, enqueued_at)
                 statement, params = buckets.insert_statement(messages, enqueued_at)
                 future = buckets.store.execute_async(statement, params, what=what)
             except Exception as e:
@@ -431,7 +424,6 @@ class Producer:
             future.add_callbacks(
                 self._on_written, self._on_landed, callback_args=(w,), errback_args=(w,)
             )
-        queue._note_tail(queue._ids.high_water)
 
     def _split(
         self,
@@ -441,7 +433,7 @@ class Producer:
         enqueued_at: int,
     ) -> list[_Write]:
         """One write per bucket, cut where a batch would pass the store's row or byte limits."""
-        bucket_of = self.queue.buckets.bucket_of
+        bucket_of = self._buckets.bucket_of
         writes: list[_Write] = []
         current: _Write | None = None
         bucket, size = -1, 0
@@ -472,32 +464,19 @@ class Producer:
 
     def _settle(self, landed: Sequence[_Landed]) -> None:
         """Repair late writes, then resolve each write's futures."""
-        queue = self.queue
         for w, error in landed:
-            ids = [message_id for message_id, _ in w.ids]
+            ids: list[int] | None = None
             failure = None
             if error is not None:
                 failure = translated(
-                    error, f"sending {len(ids)} message(s) to queue {queue.name!r}"
+                    error, f"sending {len(w.items)} message(s) to queue {self.name!r}"
                 )
             else:
-                done = time.monotonic()
-                late = [
-                    n
-                    for n, (_, requested_at) in enumerate(w.ids)
-                    if done - requested_at >= queue.settings.seal_delay
-                ]
-                if late:
-                    try:  # the engine's delayed-write repair: may send again under new ids
-                        queue._resend_if_sealed(
-                            late,
-                            ids,
-                            [item.outgoing for item in w.items],
-                            pending=False,
-                            now=w.enqueued_at,
-                        )
-                    except Exception as e:
-                        failure = translated(e, f"repairing a delayed write to {queue.name!r}")
+                try:  # the sender's delayed-write repair: may send again under new ids
+                    outgoing = [item.outgoing for item in w.items]
+                    ids = self._sender.landed(outgoing, w.ids, now=w.enqueued_at)
+                except Exception as e:
+                    failure = translated(e, f"repairing a delayed write to {self.name!r}")
             with self._lock:
                 self._requests -= 1
             self._resolve(w, ids, failure)
@@ -519,6 +498,6 @@ class Producer:
                 self._failed += len(w.items)
                 if self._first_failure is None:
                     self._first_failure = failure
-                log.warning("producer for queue %r: %s", self.queue.name, failure)
+                log.warning("producer for queue %r: %s", self.name, failure)
             self._room.notify_all()
             self._settled.notify_all()

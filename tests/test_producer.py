@@ -1,4 +1,4 @@
-"""The producer (``send_async``, ``flush``, ``Producer``) against a real Cassandra node."""
+"""The producer (``send_async``, ``flush``, ``Queue.producer``) against a real Cassandra node."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from spark_queue import (
 )
 from spark_queue.bench.queue_bench import run_queue_bench
 from spark_queue.local import cql
-from spark_queue.producer import Producer
 from spark_queue.queue import Queue
 
 pytestmark = pytest.mark.cassandra
@@ -84,7 +83,7 @@ def test_many_send_async_from_threads_then_flush_are_durable_and_received_once(
 
 def test_close_sends_everything_still_buffered(client: QueueClient) -> None:
     queue = client.create_queue("closing", bucket_size=30)
-    producer = Producer(queue, linger=HOLD, batch_size=2000)
+    producer = queue.producer(linger=HOLD, batch_size=2000)
     futures = [producer.send(f"m{n}", delay=0.0) for n in range(100)]
     assert not any(f.done() for f in futures)  # held by the linger clock
 
@@ -109,7 +108,7 @@ def test_the_client_sends_what_send_async_holds_when_it_closes(
 
 def test_delay_and_cancel_before_the_batch_is_taken(client: QueueClient) -> None:
     queue = client.create_queue("cancel")
-    with Producer(queue, linger=HOLD) as producer:
+    with queue.producer(linger=HOLD) as producer:
         kept = producer.send("kept")
         dropped = producer.send("never sent")
         later = producer.send("later", delay=60.0)
@@ -126,7 +125,7 @@ def test_delay_and_cancel_before_the_batch_is_taken(client: QueueClient) -> None
 
 def test_bad_input_raises_at_the_call_and_queues_nothing(client: QueueClient) -> None:
     queue = client.create_queue("strict", max_message_bytes=100)
-    producer = Producer(queue, linger=HOLD)
+    producer = queue.producer(linger=HOLD)
 
     with pytest.raises(MessageTooLarge, match="payload of 101 bytes: over queue 'strict'"):
         producer.send(b"x" * 101)
@@ -145,11 +144,11 @@ def test_bad_input_raises_at_the_call_and_queues_nothing(client: QueueClient) ->
 def test_bad_producer_settings_name_the_value_and_the_rule(client: QueueClient) -> None:
     queue = client.create_queue("settings")
     with pytest.raises(InvalidSetting, match="linger -1"):
-        Producer(queue, linger=-1)
+        queue.producer(linger=-1)
     with pytest.raises(InvalidSetting, match="batch_size 0: must be a whole number from 1"):
-        Producer(queue, batch_size=0)
+        queue.producer(batch_size=0)
     with pytest.raises(InvalidSetting, match="max_bytes_in_flight"):
-        Producer(queue, max_bytes_in_flight=0)
+        queue.producer(max_bytes_in_flight=0)
 
 
 # -- the bound ---------------------------------------------------------------------------
@@ -157,7 +156,7 @@ def test_bad_producer_settings_name_the_value_and_the_rule(client: QueueClient) 
 
 def test_bytes_in_flight_bound_blocks_then_raises_and_frees_on_flush(client: QueueClient) -> None:
     queue = client.create_queue("bounded")
-    producer = Producer(queue, linger=HOLD, max_bytes_in_flight=10_000, max_block=0.3)
+    producer = queue.producer(linger=HOLD, max_bytes_in_flight=10_000, max_block=0.3)
     accepted = [producer.send(b"a" * 2000) for _ in range(5)]  # 10,000 bytes: at the bound
 
     # A send past the bound blocks for max_block, then raises and buffers nothing
@@ -208,7 +207,7 @@ def test_a_session_shut_down_with_messages_buffered_fails_their_futures(
 ) -> None:
     client = QueueClient(settings=keyspace)
     queue = client.create_queue("shutdown")
-    producer = Producer(queue, linger=HOLD)
+    producer = queue.producer(linger=HOLD)
     futures = [producer.send(f"m{n}") for n in range(30)]
     # Given the driver session goes away while the messages wait in the buffer
     queue.buckets.store.close()
@@ -238,7 +237,7 @@ def test_a_write_delayed_past_the_seal_is_repaired_before_its_future_resolves(
         slow.buckets.insert_statement = held  # type: ignore[method-assign]
         future = slow.send_async(b"late")
         deadline = time.monotonic() + 30
-        while slow._ids.high_water == 0:
+        while slow._sending.ids.high_water == 0:
             assert time.monotonic() < deadline, "the producer never reserved its ids"
             time.sleep(0.01)
         # And later messages were consumed, bucket 0 sealed and dropped
@@ -262,7 +261,7 @@ def test_a_callback_that_flushes_gets_an_error_instead_of_waiting_for_itself(
     client: QueueClient,
 ) -> None:
     queue = client.create_queue("callback")
-    producer = Producer(queue, linger=HOLD)
+    producer = queue.producer(linger=HOLD)
     seen: list[SparkQueueError] = []
 
     def callback(_: Future[int]) -> None:

@@ -16,9 +16,9 @@ from spark_queue.store.buckets import BATCH_BYTES, BATCH_ROWS
 
 def producer(bucket_size: int) -> Producer:
     # Cutting a batch needs only the queue's bucket arithmetic.
-    buckets = SimpleNamespace(bucket_of=lambda i: i // bucket_size)
-    queue: Any = SimpleNamespace(name="q", buckets=buckets)
-    return Producer(queue)
+    buckets: Any = SimpleNamespace(bucket_of=lambda i: i // bucket_size)
+    sender: Any = SimpleNamespace()
+    return Producer(sender, buckets, "q")
 
 
 def accepted(count: int, size: int = 10) -> list[_Accepted]:
