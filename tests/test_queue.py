@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import Counter
@@ -411,17 +410,16 @@ def test_two_consumers_racing_move_a_message_to_dead_letters_once(
     time.sleep(0.3)
     with QueueClient(settings=keyspace) as other:
         handles = [first_handle, other.queue("race-poison")]
-        meet = threading.Barrier(2, timeout=3)
+        meet = threading.Barrier(2, timeout=60)
         for handle in handles:
-            opener = handle._dead_letters._open_queue
+            move = handle._dead_letters.move
 
-            def meet_then_open(name: str, opener: Any = opener) -> Queue:
-                # both consumers decided to move it: meet before either sends
-                with contextlib.suppress(threading.BrokenBarrierError):
-                    meet.wait()
-                return opener(name)
+            def meet_then_move(*args: Any, move: Any = move) -> int:
+                # both consumers scanned it and decided to move it: meet before either does
+                meet.wait()
+                return int(move(*args))
 
-            handle._dead_letters._open_queue = meet_then_open
+            handle._dead_letters.move = meet_then_move  # type: ignore[method-assign]
         threads = [threading.Thread(target=h.receive, args=(1,)) for h in handles]
         for t in threads:
             t.start()
