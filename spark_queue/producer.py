@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_queue.config import check_int, check_seconds
 from spark_queue.errors import BackendUnavailable, SparkQueueError
+from spark_queue.metrics import QueueCounters
 from spark_queue.store.buckets import BATCH_BYTES, BATCH_ROWS, Buckets, now_ms
 from spark_queue.store.session import translated
 
@@ -137,6 +138,7 @@ class Producer:
         max_block: float = DEFAULT_MAX_BLOCK,
     ) -> None:
         self.name = name
+        self._counts = QueueCounters.of(name)  # this process's Prometheus counters
         self._sender = sender
         self._buckets = buckets
         self.linger = check_seconds("linger", linger, allow_zero=True)
@@ -489,6 +491,8 @@ class Producer:
             else:
                 assert ids is not None
                 item.future.set_result(ids[n])
+        if failure is None:
+            self._counts.sent.inc(len(w.items))
         with self._lock:
             self._bytes -= sum(item.size for item in w.items)
             w.batch.remaining -= len(w.items)
