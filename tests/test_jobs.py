@@ -362,6 +362,8 @@ def test_demo_seeds_runs_and_prints_the_summary(
     assert "out                 190" in summary
     assert "rejected             10" in summary
     assert "msgs/s" in summary
+    # One registration path: Spark's own discovery, not replaced by the job
+    assert "replaced a statically registered data source" not in result.stderr
 
 
 def test_summary_rate_is_messages_over_elapsed() -> None:
