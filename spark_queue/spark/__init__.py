@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spark_queue.spark.datasource import BdqDataSource
+from spark_queue.spark.options import options_from_spark_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -20,13 +21,23 @@ __all__ = ["BdqDataSource", "register"]
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("bdq")`` available in ``spark`` when Spark did not find it by itself.
+    """Make ``format("bdq")`` available in ``spark``, with the session's ``spark.bdq.*`` defaults.
 
-    Spark registers ``pyspark_bdq`` statically when spark-queue is installed;
-    registering over that would replace it (and Spark warns about it), so this
-    registers only when the session does not know ``bdq`` yet, as when the
+    A Python data source sees only the options of each query, never the
+    session's conf, so connection settings set once in the Spark conf
+    (``spark.bdq.<option>``, or the Spark Cassandra Connector's
+    ``spark.cassandra.connection.host`` and friends) reach it only through
+    this call, which registers the source with them as defaults.
+
+    Without such keys, this registers only when Spark did not find the
+    source by itself (Spark registers ``pyspark_bdq`` statically when
+    spark-queue is installed, and warns when that is replaced), as when the
     package reaches the cluster as a ``--py-files`` zip. Safe to call always.
     """
+    defaults = options_from_spark_conf(spark.conf.getAll)
+    if defaults:
+        spark.dataSource.register(BdqDataSource.with_defaults(defaults))
+        return
     jsession = getattr(spark, "_jsparkSession", None)  # None in a Spark Connect client
     if jsession is not None and jsession.sessionState().dataSourceManager().dataSourceExists(
         BdqDataSource.name()
