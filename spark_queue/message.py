@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import secrets
 import struct
 import uuid
 from collections.abc import Mapping
@@ -20,6 +21,11 @@ from spark_queue.errors import InvalidSetting
 
 _RECEIPT_VERSION = 1
 _RECEIPT = struct.Struct(">B16sqqqq")
+
+
+def new_lease() -> int:
+    """A fresh lease token for one delivery (0 means "never delivered")."""
+    return secrets.randbits(63) or 1
 
 
 @dataclass(frozen=True, slots=True)

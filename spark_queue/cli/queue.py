@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from spark_queue import defaults
 from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
@@ -28,20 +29,32 @@ def queue() -> None:
 
 @queue.command()
 @click.argument("name")
-@click.option("--bucket-size", type=int, default=1000, show_default=True, help="Ids per bucket.")
 @click.option(
-    "--visibility-timeout", type=float, default=30.0, show_default=True,
+    "--bucket-size",
+    type=int,
+    default=defaults.BUCKET_SIZE,
+    show_default=True,
+    help="Ids per bucket.",
+)
+@click.option(
+    "--visibility-timeout", type=float, default=defaults.VISIBILITY_TIMEOUT, show_default=True,
     help="Seconds a received message stays invisible.",
 )  # fmt: skip
 @click.option(
-    "--order-hint", "-k", type=int, default=1, show_default=True,
+    "--order-hint", "-k", type=int, default=defaults.ORDER_HINT, show_default=True,
     help="K: pick among the oldest K visible messages (1 = best order).",
 )  # fmt: skip
-@click.option("--message-ttl", type=int, default=7 * 86400, show_default=True, help="Seconds.")
+@click.option(
+    "--message-ttl", type=int, default=defaults.MESSAGE_TTL, show_default=True, help="Seconds."
+)
 @click.option("--max-deliveries", type=int, default=None, help="Move to the DLQ after this many.")
 @click.option("--dead-letter-queue", default=None, help="Queue taking messages past max.")
-@click.option("--max-message-bytes", type=int, default=256 * 1024, show_default=True)
-@click.option("--seal-delay", type=float, default=5.0, show_default=True, help="Seconds.")
+@click.option(
+    "--max-message-bytes", type=int, default=defaults.MAX_MESSAGE_BYTES, show_default=True
+)
+@click.option(
+    "--seal-delay", type=float, default=defaults.SEAL_DELAY, show_default=True, help="Seconds."
+)
 @click.option("--exist-ok", is_flag=True, help="Succeed if the queue exists already.")
 @connection_options
 def create(settings: ConnectionSettings, name: str, exist_ok: bool, **queue_settings: Any) -> None:

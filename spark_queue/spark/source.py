@@ -53,9 +53,10 @@ from pyspark.sql.types import (
 
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
+from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import InvalidSetting, SparkQueueError
 from spark_queue.message import Message
-from spark_queue.queue import MAX_BATCH, Queue
+from spark_queue.queue import Queue
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
 from spark_queue.store.session import Store
 
