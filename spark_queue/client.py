@@ -15,6 +15,7 @@ from spark_queue.config import ConnectionSettings, QueueSettings, check_queue_na
 from spark_queue.errors import InvalidSetting, QueueExists, QueueNotFound, SparkQueueError
 from spark_queue.maintenance import stored_range
 from spark_queue.queue import Queue
+from spark_queue.settings_change import update_settings
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.session import Store
 
@@ -97,9 +98,24 @@ class QueueClient:
         self.close()
 
     def close(self) -> None:
-        """Release the connection (if this client opened it)."""
+        """Send what ``send_async`` still holds, then release the connection (if opened here).
+
+        Raises:
+            SparkQueueError: A message of ``send_async`` failed since the last flush
+                (every handle is flushed and the connection released all the same).
+        """
+        with self._lock:
+            handles = list(self._handles.values())
+        failure: SparkQueueError | None = None
+        for handle in handles:
+            try:
+                handle.flush()
+            except SparkQueueError as e:
+                failure = failure or e
         if self._owns_store:
             self._store.close()
+        if failure is not None:
+            raise failure
 
     # -- queues ----------------------------------------------------------------
 
@@ -191,6 +207,34 @@ class QueueClient:
                 handle = Queue(self._store, name, queue_id, settings, self.queue)
                 self._handles[name] = handle
             return handle
+
+    def update_queue(self, name: str, **changes: Any) -> QueueSettings:
+        """Change settings of an existing queue; return its new settings.
+
+        Every handle, in every process, uses the new settings from its first
+        operation that starts ``SETTINGS_REFRESH`` (2) seconds after this returns;
+        handles of this client at once. A new ``message_ttl`` applies to messages
+        sent after the change. Concurrent updates of different settings both
+        take effect (see ``spark_queue.settings_change``).
+
+        Args:
+            name: The queue.
+            **changes: Any of ``visibility_timeout``, ``order_hint``,
+                ``message_ttl``, ``max_deliveries``, ``dead_letter_queue``,
+                ``max_message_bytes``. Clear the dead-letter queue with
+                ``max_deliveries=None, dead_letter_queue=None``.
+
+        Raises:
+            InvalidSetting: ``bucket_size`` or ``seal_delay`` (fixed at creation),
+                an unknown setting, or a value that breaks its rule; nothing changed.
+            QueueNotFound: No such queue, or no such dead-letter queue.
+        """
+        queue_id, settings = update_settings(self._store, name, changes, self.queue)
+        with self._lock:
+            handle = self._handles.get(name)
+        if handle is not None and handle.queue_id == queue_id:
+            handle.apply_settings(settings)
+        return settings
 
     def list_queues(self) -> list[str]:
         """Names of every queue in the keyspace, sorted."""

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from spark_queue import metrics
 from spark_queue.config import QueueSettings
 from spark_queue.errors import SparkQueueError
 from spark_queue.message import new_lease
@@ -40,7 +41,8 @@ class DeadLetters:
     Args:
         buckets: The source queue's bucket store.
         name: The source queue's name.
-        settings: Its settings (``dead_letter_queue``, ``visibility_timeout``).
+        settings: Returns its current settings (``dead_letter_queue``,
+            ``visibility_timeout``), which may change (see ``settings_change``).
         open_queue: Opens a queue by name (the client's ``queue``).
     """
 
@@ -48,7 +50,7 @@ class DeadLetters:
         self,
         buckets: Buckets,
         name: str,
-        settings: QueueSettings,
+        settings: Callable[[], QueueSettings],
         open_queue: Callable[[str], Queue],
     ) -> None:
         self._buckets = buckets
@@ -58,7 +60,7 @@ class DeadLetters:
 
     def limit(self) -> int | None:
         """Deliveries after which a message moves, or None when it never does."""
-        return self._settings.max_deliveries
+        return self._settings().max_deliveries
 
     def move(self, candidates: Sequence[Candidate], now: int) -> int:
         """Move these messages (found past the limit) to the dead-letter queue.
@@ -66,12 +68,13 @@ class DeadLetters:
         Returns:
             How many this call moved (others were acked, or taken by another consumer).
         """
-        name = self._settings.dead_letter_queue
-        assert name is not None  # QueueSettings ties it to max_deliveries
+        name = self._settings().dead_letter_queue
+        if name is None:
+            return 0  # update_queue removed the dead-letter queue since limit() was read
         taken = self._buckets.take(
             [LeaseCheck(c.bucket, c.id, c.lease, c.expires_at) for c in candidates],
             new_lease(),
-            now + int(self._settings.visibility_timeout * 1000),
+            now + int(self._settings().visibility_timeout * 1000),
             now,
         )
         if not taken:
@@ -101,4 +104,5 @@ class DeadLetters:
             )
             return 0
         self._buckets.ack(taken, now)
+        metrics.DEAD_LETTERED.labels(queue=self._name).inc(len(messages))
         return len(messages)

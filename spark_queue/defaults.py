@@ -42,3 +42,7 @@ IDLE_RECHECK = 1.0
 TAIL_REFRESH = 0.05
 #: Most buckets dropped by one maintenance pass.
 DROP_PER_PASS = 64
+#: Most buckets one count (``stats()``) scans when a queue has more live buckets than this.
+COUNT_BUDGET = 16
+#: Seconds a handle uses a queue's settings before reading them again (``update_queue``).
+SETTINGS_REFRESH = 2.0

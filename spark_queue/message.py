@@ -106,19 +106,27 @@ class Delivery(Message):
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """Approximate counts, from one scan of the queue's live buckets.
+    """Approximate counts of a queue (see ``spark_queue.counting`` for how they are kept cheap).
 
     Attributes:
         visible: Messages that a receive could return now.
         in_flight: Messages received and not yet acked, under a lease.
         delayed: Messages sent with a delay that has not passed yet.
-        buckets: Live (not yet dropped) buckets scanned.
+        buckets: Live (not yet dropped) buckets.
+        oldest_age: Seconds since the oldest visible message was sent (SQS's
+            ApproximateAgeOfOldestMessage), or None when none is visible.
+        estimated_buckets: Live buckets not counted yet, whose handed-out ids
+            were counted as visible messages.
+        counts_age: Seconds since the oldest bucket count used was taken.
     """
 
     visible: int
     in_flight: int
     delayed: int
     buckets: int
+    oldest_age: float | None = None
+    estimated_buckets: int = 0
+    counts_age: float = 0.0
 
     @property
     def total(self) -> int:

@@ -9,6 +9,10 @@
 * ``steps.py``: replayable consumer steps (the Spark source);
 * ``maintenance.py``: sealing and dropping buckets, moving the head;
 * ``bounds.py``: what a handle knows of the head, the tail and idle buckets;
+* ``counting.py``: approximate counts at a bounded cost per call;
+* ``settings_change.py``: settings changed after creation, re-read by handles;
+* ``redrive.py``: dead letters sent back to their source;
+* ``metrics.py``: this process's counters of each queue's operations;
 * ``store/``: the CQL of each table.
 
 How a message moves (seed 000, BlueDove; seed 001, CassieQ): a send takes ids
@@ -22,24 +26,35 @@ whole and the head moves past them.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
 
 from spark_queue.bounds import Bounds
 from spark_queue.config import QueueSettings, check_int, check_seconds
+from spark_queue.counting import QueueCounter
 from spark_queue.dead_letters import DeadLetters
-from spark_queue.defaults import MAX_BATCH, MAX_ORDER_HINT
-from spark_queue.errors import InvalidMessage, QueueNotFound, StaleReceipt
+from spark_queue.defaults import MAX_BATCH, MAX_ORDER_HINT, SETTINGS_REFRESH
+from spark_queue.errors import InvalidMessage, QueueNotFound, SparkQueueError, StaleReceipt
 from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Message, QueueStats, Receipt, new_lease
+from spark_queue.metrics import QueueCounters
+from spark_queue.producer import Producer
 from spark_queue.receiving import Receiver, as_datetime
+from spark_queue.redrive import RedriveResult, redrive
 from spark_queue.sending import Headers, Payload, Sender
+from spark_queue.settings_change import read_settings
 from spark_queue.steps import Steps
 from spark_queue.store.buckets import Buckets, LeaseCheck, StoredMessage, now_ms
 from spark_queue.store.session import Store
 
 __all__ = ["Payload", "Queue"]
+
+log = logging.getLogger(__name__)
 
 
 class Queue:
@@ -48,7 +63,8 @@ class Queue:
     Attributes:
         name: The queue's name.
         queue_id: Its incarnation; a re-created queue gets a new one.
-        settings: Its settings, fixed at creation.
+        settings: Its settings, re-read every ``SETTINGS_REFRESH`` s (see
+            ``QueueClient.update_queue``).
         buckets: Its bucket store (the CQL of its messages, pointers and sequence).
     """
 
@@ -62,20 +78,51 @@ class Queue:
     ) -> None:
         self.name = name
         self.queue_id = queue_id
-        self.settings = settings
+        self._store = store
+        self._settings = settings
+        self._settings_due = time.monotonic() + SETTINGS_REFRESH
+        self._open_queue = open_queue
         self.buckets = Buckets(store, queue_id, settings.bucket_size)
         self._deleted = threading.Event()
         self._bounds = Bounds(self.buckets)
         self._maintenance = Maintenance(self.buckets, self._bounds, name, settings)
-        self._dead_letters = DeadLetters(self.buckets, name, settings, open_queue)
-        self._sending = Sender(store, self.buckets, self._bounds, name, settings, self._check_alive)
+        current = lambda: self.settings  # noqa: E731  (changeable settings are read per use)
+        self._dead_letters = DeadLetters(self.buckets, name, current, open_queue)
+        self._sending = Sender(store, self.buckets, self._bounds, name, current, self._check_alive)
         self._receiving = Receiver(
             self.buckets, self._bounds, self._maintenance, self._dead_letters, settings
         )
         self._steps = Steps(store, self.buckets, name)
+        self._counter = QueueCounter(store, queue_id, settings.bucket_size)
+        self._counts = QueueCounters.of(name)  # this process's Prometheus counters
+        self._producer_lock = threading.Lock()
+        self._producer: Producer | None = None  # send_async's, made on first use
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, queue_id={self.queue_id})"
+
+    @property
+    def settings(self) -> QueueSettings:
+        """The queue's settings, read again when older than ``SETTINGS_REFRESH`` seconds."""
+        if time.monotonic() >= self._settings_due:
+            self._reload_settings()
+        return self._settings
+
+    def _reload_settings(self) -> None:
+        # Push the deadline first: sibling threads keep the current settings meanwhile.
+        self._settings_due = time.monotonic() + SETTINGS_REFRESH
+        try:
+            found = read_settings(self._store, self.name)
+        except SparkQueueError:
+            log.warning("queue %r: could not re-read its settings; keeping them", self.name)
+            return
+        if found is not None and found[0] == self.queue_id:
+            self._settings = found[1]  # else deleted or re-created: this handle keeps its own
+
+    def apply_settings(self, settings: QueueSettings) -> None:
+        """Called by ``QueueClient.update_queue``: this process sees its own change at once."""
+        self._settings = settings
+        self._settings_due = time.monotonic() + SETTINGS_REFRESH
 
     def mark_deleted(self) -> None:
         """Called by ``QueueClient.delete_queue``: this handle must not write any more."""
@@ -102,6 +149,56 @@ class Queue:
         """
         return self.send_batch([payload], headers=headers, delay=delay)[0]
 
+    def send_async(
+        self, payload: Payload, headers: Mapping[str, str] | None = None, delay: float = 0.0
+    ) -> Future[int]:
+        """Send one message in the background; return a future of its id.
+
+        The message is checked now (bad input raises here and nothing is
+        queued), then written in a batch with others by this handle's
+        producer (default settings; ``producer()`` makes one with others).
+        The future resolves once the message is durable, or fails with a
+        SparkQueueError. ``flush()`` waits for every message sent so far;
+        ``QueueClient.close()`` flushes too.
+
+        Args:
+            payload: bytes, or str (sent UTF-8 encoded).
+            headers: String key/value pairs kept with the message.
+            delay: Seconds before the message becomes visible.
+
+        Raises:
+            InvalidMessage: The message breaks a rule (nothing is queued).
+            BackendUnavailable: The producer stayed full for its ``max_block``.
+        """
+        with self._producer_lock:
+            producer = self._producer
+            if producer is None:
+                producer = self._producer = self.producer()
+        return producer.send(payload, headers, delay)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message of ``send_async`` so far is durable (see ``Producer.flush``).
+
+        Raises:
+            SparkQueueError: A message failed since the last flush, or ``timeout`` passed.
+        """
+        with self._producer_lock:
+            producer = self._producer
+        if producer is not None:
+            producer.flush(timeout)
+
+    def producer(self, **settings: Any) -> Producer:
+        """A producer of its own for this queue: single sends batched in the background.
+
+        Args:
+            **settings: ``linger``, ``batch_size``, ``max_requests``,
+                ``max_bytes_in_flight``, ``max_block`` (see ``Producer``).
+
+        Raises:
+            InvalidSetting: A setting breaks its rule.
+        """
+        return Producer(self._sending, self.buckets, self.name, **settings)
+
     def send_batch(
         self,
         payloads: Sequence[Payload],
@@ -121,7 +218,9 @@ class Queue:
             headers: One mapping for every message, or one per message.
             delay: Seconds before visibility: one value, or one per message.
         """
-        return self._sending.write(self._sending.check_batch(payloads, headers, delay))
+        ids = self._sending.write(self._sending.check_batch(payloads, headers, delay))
+        self._counts.sent.inc(len(ids))
+        return ids
 
     def send_batch_once(
         self,
@@ -188,7 +287,9 @@ class Queue:
         )
         seconds = check_seconds("wait", wait, allow_zero=True)
         self._check_alive()
-        return self._receiving.receive(count, int(timeout * 1000), hint, seconds, buckets)
+        deliveries = self._receiving.receive(count, int(timeout * 1000), hint, seconds, buckets)
+        self._counts.received.inc(len(deliveries))
+        return deliveries
 
     def visible_buckets(self, max_buckets: int, below: int | None = None) -> list[int]:
         """Live buckets holding at least one visible message, oldest first.
@@ -200,6 +301,38 @@ class Queue:
             below: Only buckets holding ids below this one.
         """
         return self._receiving.visible_buckets(max_buckets, below)
+
+    def redrive(
+        self,
+        to: str | None = None,
+        max_messages: int | None = None,
+        rate: float | None = None,
+        *,
+        visibility_timeout: float = 30.0,
+        progress: Callable[[int], None] | None = None,
+    ) -> RedriveResult:
+        """Move this dead-letter queue's messages back to their source queues, each at most once.
+
+        See ``spark_queue.redrive``: payload and headers go back, minus the
+        dead-letter headers, plus ``bdq-redrive-count``; a run killed midway can
+        simply be run again once its lease (``visibility_timeout``) has passed.
+
+        Args:
+            to: Send every message to this queue instead of its source.
+            max_messages: Stop after moving this many.
+            rate: Most messages moved per second.
+            visibility_timeout: Seconds the messages being moved stay leased.
+            progress: Called with the count moved so far after each round.
+        """
+        return redrive(
+            self,
+            self._open_queue,
+            to=to,
+            max_messages=max_messages,
+            rate=rate,
+            visibility_timeout=visibility_timeout,
+            progress=progress,
+        )
 
     # -- ack / visibility ----------------------------------------------------------------
 
@@ -228,6 +361,8 @@ class Queue:
         # acked (or someone else's by now): no sibling thread needs to skip them
         self._receiving.claims.drop((r.bucket, r.id) for _, r in mine)
         stale = foreign + [text for text, r in mine if (r.bucket, r.id) in stale_keys]
+        self._counts.acked.inc(len(receipts) - len(stale))
+        self._counts.stale_acks.inc(len(stale))
         if stale and strict:
             raise StaleReceipt(
                 f"{len(stale)} of {len(receipts)} receipt(s) for queue {self.name!r} no longer"
@@ -294,7 +429,10 @@ class Queue:
             ``(acked, stale)``: stale ones were received again by someone else
             after their lease ran out (a duplicate delivery) or acked already.
         """
-        return self._steps.ack(consumer, step)
+        acked, stale = self._steps.ack(consumer, step)
+        self._counts.acked.inc(acked)
+        self._counts.stale_acks.inc(stale)
+        return acked, stale
 
     # -- inspection ------------------------------------------------------------------
 
@@ -333,22 +471,14 @@ class Queue:
             for m in found
         ]
 
-    def stats(self) -> QueueStats:
-        """Approximate counts from one scan of every live bucket (no payloads read)."""
-        now = now_ms()
-        visible = in_flight = delayed = 0
-        buckets = self.live_buckets()
-        for bucket in buckets:
-            for _, visible_at, deliveries, _ in self.buckets.unacked(bucket):
-                if visible_at <= now:
-                    visible += 1
-                elif deliveries > 0:
-                    in_flight += 1
-                else:
-                    delayed += 1
-        return QueueStats(
-            visible=visible, in_flight=in_flight, delayed=delayed, buckets=len(buckets)
-        )
+    def stats(self, *, exact: bool = False) -> QueueStats:
+        """Approximate counts at a bounded cost per call (see ``spark_queue.counting``).
+
+        Args:
+            exact: Scan every live bucket (a cost that grows with the backlog).
+        """
+        self._bounds.refresh()
+        return self._counter.stats(self._bounds.head, self._bounds.tail, exact=exact)
 
     def purge(self) -> int:
         """Remove every message in the queue now (visible, in flight or delayed).

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from spark_queue import metrics
 from spark_queue.bounds import Bounds
 from spark_queue.config import QueueSettings, check_seconds
 from spark_queue.defaults import MAX_BATCH
@@ -59,7 +60,8 @@ class Sender:
         buckets: The queue's bucket store.
         bounds: The handle's view of head and tail (sends move the tail).
         name: The queue's name (for messages).
-        settings: The queue's settings.
+        settings: Returns the queue's current settings (they may change: see
+            ``settings_change``); ``bucket_size`` and ``seal_delay`` never do.
         check_alive: Raises when the handle must not write any more.
     """
 
@@ -69,7 +71,7 @@ class Sender:
         buckets: Buckets,
         bounds: Bounds,
         name: str,
-        settings: QueueSettings,
+        settings: Callable[[], QueueSettings],
         check_alive: Callable[[], None],
     ) -> None:
         self._store = store
@@ -82,8 +84,8 @@ class Sender:
             store,
             buckets.queue_id,
             name,
-            lifetime=settings.seal_delay / 2,
-            bucket_size=settings.bucket_size,
+            lifetime=settings().seal_delay / 2,
+            bucket_size=settings().bucket_size,
         )
 
     @property
@@ -128,20 +130,20 @@ class Sender:
             raise InvalidMessage(
                 f"payload {payload!r}{where}: must be bytes or str, not {type(payload).__name__}"
             )
-        if len(data) > self._settings.max_message_bytes:
+        if len(data) > self._settings().max_message_bytes:
             raise MessageTooLarge(
                 f"payload of {len(data)} bytes{where}: over queue {self._name!r}'s"
-                f" max_message_bytes of {self._settings.max_message_bytes}"
+                f" max_message_bytes of {self._settings().max_message_bytes}"
             )
         return data
 
     def _delay_ms(self, delay: object, index: int, count: int) -> int:
         seconds = check_seconds("delay", delay, allow_zero=True)
-        if seconds >= self._settings.message_ttl:
+        if seconds >= self._settings().message_ttl:
             where = f" (message {index + 1} of {count})" if count > 1 else ""
             raise InvalidMessage(
                 f"delay {delay!r}{where}: must be shorter than queue {self._name!r}'s"
-                f" message_ttl of {self._settings.message_ttl} s"
+                f" message_ttl of {self._settings().message_ttl} s"
             )
         return int(seconds * 1000)
 
@@ -171,8 +173,27 @@ class Sender:
         if ids is None:
             ids = self.reserve(len(outgoing))
         now = now_ms() if now is None else now
-        expires_at = now + self._settings.message_ttl * 1000
-        messages = [
+        self._buckets.insert(self.new_messages(outgoing, ids, now, pending=pending), now_ms())
+        return self.landed(outgoing, ids, pending=pending, now=now)
+
+    def check_one(
+        self, payload: Payload, headers: Mapping[str, str] | None, delay: float
+    ) -> Outgoing:
+        """Check one message, and that the handle may still write (the producer's call)."""
+        self._check_alive()
+        return self.check_batch([payload], headers, delay)[0]
+
+    def new_messages(
+        self,
+        outgoing: Sequence[Outgoing],
+        ids: Sequence[tuple[int, float]],
+        now: int,
+        *,
+        pending: bool = False,
+    ) -> list[NewMessage]:
+        """The rows to write for checked messages under reserved ids, enqueued at ``now`` (ms)."""
+        expires_at = now + self._settings().message_ttl * 1000
+        return [
             NewMessage(
                 id=message_id,
                 payload=o.payload,
@@ -183,14 +204,27 @@ class Sender:
             )
             for (message_id, _), o in zip(ids, outgoing, strict=True)
         ]
-        self._buckets.insert(messages, now_ms())
+
+    def landed(
+        self,
+        outgoing: Sequence[Outgoing],
+        ids: Sequence[tuple[int, float]],
+        *,
+        pending: bool = False,
+        now: int,
+    ) -> list[int]:
+        """After a write of ``outgoing`` under ``ids`` landed: repair it if late; return final ids.
+
+        Whoever wrote the messages (``write``, or the producer's asynchronous
+        batches) calls this once Cassandra acknowledged them.
+        """
         self._bounds.note_tail(self.ids.high_water)
         done = time.monotonic()
         result = [message_id for message_id, _ in ids]
         late = [
             n
             for n, (_, requested_at) in enumerate(ids)
-            if done - requested_at >= self._settings.seal_delay
+            if done - requested_at >= self._settings().seal_delay
         ]
         if late:
             self._repair(late, result, outgoing, pending=pending, now=now)
@@ -221,7 +255,7 @@ class Sender:
         )
         if pending:
             # Nobody saw these invisible copies: ack them so their bucket can go.
-            expires_at = now + self._settings.message_ttl * 1000
+            expires_at = now + self._settings().message_ttl * 1000
             self._buckets.mark_acked(
                 [(self._buckets.bucket_of(ids[n]), ids[n], expires_at) for n in again], now_ms()
             )
@@ -261,6 +295,7 @@ class Sender:
             # Written by an earlier attempt: it may have released them already.
             self.release(ids, outgoing, now, retry=state is SendState.WRITTEN)
             send_log.write(*key, SendState.DONE, ids, now)
+            metrics.SENT.labels(queue=self._name).inc(len(ids))
         return ids
 
     def release(
@@ -273,7 +308,7 @@ class Sender:
         its lease would fail that consumer's ack and deliver it twice.
         """
         now = now_ms()
-        expires_at = written_at + self._settings.message_ttl * 1000
+        expires_at = written_at + self._settings().message_ttl * 1000
         writes = [
             LeaseWrite(self._buckets.bucket_of(i), i, 0, now + o.delay_ms, 0, expires_at)
             for i, o in zip(ids, outgoing, strict=True)

@@ -7,9 +7,13 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from spark_queue.cli.bench import bench
+from spark_queue.cli.bench_stats import stats as bench_stats
 from spark_queue.cli.cassandra import cassandra
+from spark_queue.cli.dlq import dlq
+from spark_queue.cli.metrics import metrics
 from spark_queue.cli.options import CommandGroup
 from spark_queue.cli.queue import ack, peek, queue, receive, send
+from spark_queue.cli.top import top
 
 
 def _version() -> str:
@@ -33,4 +37,8 @@ main.add_command(cassandra)
 main.add_command(queue)
 for command in (send, receive, peek, ack):
     main.add_command(command)
+main.add_command(dlq)
+main.add_command(top)
+main.add_command(metrics)
 main.add_command(bench)
+bench.add_command(bench_stats)

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import base64
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import asdict
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.live import Live
 from rich.table import Table
 
 from spark_queue import defaults
 from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
-from spark_queue.errors import InvalidSetting
-from spark_queue.message import Delivery, Message
+from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.errors import InvalidMessage, InvalidSetting
+from spark_queue.message import Delivery, Message, QueueStats
+from spark_queue.queue import Queue
+from spark_queue.redrive import DEAD_LETTER_HEADERS
 
 _console = Console()
 
@@ -62,6 +68,47 @@ def create(settings: ConnectionSettings, name: str, exist_ok: bool, **queue_sett
     with QueueClient(settings=settings) as client:
         q = client.create_queue(name, exist_ok=exist_ok, **queue_settings)
     click.echo(f"queue {q.name!r} ready (id {q.queue_id})")
+
+
+@queue.command()
+@click.argument("name")
+@click.option(
+    "--visibility-timeout", type=float, help="Seconds a received message stays invisible."
+)
+@click.option("--order-hint", "-k", type=int, help="K: pick among the oldest K visible messages.")
+@click.option("--message-ttl", type=int, help="Seconds; applies to messages sent from now on.")
+@click.option("--max-deliveries", type=int, help="Move to the DLQ after this many deliveries.")
+@click.option("--dead-letter-queue", help="Queue taking messages past --max-deliveries.")
+@click.option(
+    "--no-dead-letter-queue", is_flag=True,
+    help="Stop moving messages to a dead-letter queue (clears both settings).",
+)  # fmt: skip
+@click.option("--max-message-bytes", type=int, help="Largest payload accepted.")
+@click.option("--bucket-size", type=int, hidden=True)  # refused by name: fixed at creation
+@click.option("--seal-delay", type=float, hidden=True)  # likewise
+@connection_options
+@json_option
+def update(
+    settings: ConnectionSettings,
+    name: str,
+    no_dead_letter_queue: bool,
+    as_json: bool,
+    **given: Any,
+) -> None:
+    """Change settings of queue NAME; every handle picks them up within 2 s."""
+    changes = {key: value for key, value in given.items() if value is not None}
+    if no_dead_letter_queue:
+        if "max_deliveries" in changes or "dead_letter_queue" in changes:
+            raise InvalidSetting(
+                "--no-dead-letter-queue: cannot go with --max-deliveries or --dead-letter-queue"
+            )
+        changes.update(max_deliveries=None, dead_letter_queue=None)
+    with QueueClient(settings=settings) as client:
+        new = client.update_queue(name, **changes)
+    if as_json:
+        echo_json({"name": name, **asdict(new)})
+        return
+    click.echo(f"queue {name!r} updated: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
 
 
 @queue.command(name="list")
@@ -112,22 +159,79 @@ def purge(settings: ConnectionSettings, name: str) -> None:
 
 @queue.command()
 @click.argument("name")
+@click.option("--exact", is_flag=True, help="Scan every live bucket (costs more with the backlog).")
+@click.option("--watch", is_flag=True, help="Refresh in place until Ctrl-C.")
+@click.option(
+    "--interval", type=click.FloatRange(0.1), default=1.0, show_default=True,
+    help="Seconds between refreshes with --watch.",
+)  # fmt: skip
 @connection_options
 @json_option
-def stats(settings: ConnectionSettings, name: str, as_json: bool) -> None:
-    """Approximate counts of queue NAME: visible, in flight, delayed."""
+def stats(
+    settings: ConnectionSettings,
+    name: str,
+    exact: bool,
+    watch: bool,
+    interval: float,
+    as_json: bool,
+) -> None:
+    """Approximate counts of queue NAME: visible, in flight, delayed, age of the oldest message."""
     with QueueClient(settings=settings) as client:
-        s = client.queue(name).stats()
-    counts = {
-        "visible": s.visible, "in_flight": s.in_flight, "delayed": s.delayed,
-        "total": s.total, "buckets": s.buckets,
-    }  # fmt: skip
+        q = client.queue(name)
+        if watch:
+            watch_table(lambda: stats_table(name, q.stats(exact=exact)), interval)
+            return
+        s = q.stats(exact=exact)
     if as_json:
-        echo_json({"queue": name, **counts})
+        echo_json({"queue": name, **stats_fields(s)})
         return
-    table = Table("queue", *counts)
-    table.add_row(name, *(str(v) for v in counts.values()))
-    _console.print(table)
+    _console.print(stats_table(name, s))
+
+
+def stats_fields(s: QueueStats) -> dict[str, Any]:
+    """The counts of ``s`` by name, as ``--json`` prints them."""
+    return {
+        "visible": s.visible, "in_flight": s.in_flight, "delayed": s.delayed, "total": s.total,
+        "oldest_age_seconds": s.oldest_age, "buckets": s.buckets,
+        "estimated_buckets": s.estimated_buckets, "counts_age_seconds": s.counts_age,
+    }  # fmt: skip
+
+
+def stats_table(name: str, s: QueueStats) -> Table:
+    """One row of counts, the way ``bdq queue stats`` shows them."""
+    table = Table("queue", "visible", "in flight", "delayed", "total", "oldest", "buckets")
+    buckets = str(s.buckets) + (
+        f" ({s.estimated_buckets} estimated)" if s.estimated_buckets else ""
+    )
+    table.add_row(
+        name, str(s.visible), str(s.in_flight), str(s.delayed), str(s.total),
+        format_age(s.oldest_age), buckets,
+    )  # fmt: skip
+    table.caption = f"counts at most {s.counts_age:.1f} s old"
+    return table
+
+
+def format_age(seconds: float | None) -> str:
+    """``'-'``, ``'42.0s'``, ``'3m05s'`` or ``'2h03m'``."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def watch_table(render: Callable[[], RenderableType], interval: float) -> None:
+    """Show ``render()`` in place, refreshed every ``interval`` s, until Ctrl-C."""
+    with Live(render(), console=_console, auto_refresh=False) as live:
+        try:
+            while True:
+                time.sleep(interval)
+                live.update(render(), refresh=True)
+        except KeyboardInterrupt:
+            pass  # Ctrl-C is how a watch ends: no traceback, exit 0
 
 
 # -- messages ---------------------------------------------------------------------
@@ -148,18 +252,26 @@ def send(
     delay: float,
     as_json: bool,
 ) -> None:
-    """Send MESSAGE(s) to QUEUE; '-' reads one message per line from stdin."""
-    bodies = (
-        [line.rstrip("\n") for line in sys.stdin] if list(messages) == ["-"] else list(messages)
-    )
-    if not bodies:
-        raise InvalidSetting("messages: give at least one MESSAGE, or '-' to read lines from stdin")
+    """Send MESSAGE(s) to QUEUE; '-' reads one message per line from stdin.
+
+    With '-' each line is sent as it arrives, through a producer that batches
+    them; the ids are printed once every line is durable. A line that breaks
+    a rule stops the command; the lines before it are sent.
+    """
     header_map = _parse_headers(headers)
+    stdin = list(messages) == ["-"]
+    if not messages:
+        raise InvalidSetting("messages: give at least one MESSAGE, or '-' to read lines from stdin")
     with QueueClient(settings=settings) as client:
         q = client.queue(queue_name)
-        ids: list[int] = []
-        for start in range(0, len(bodies), 1000):
-            ids += q.send_batch(bodies[start : start + 1000], headers=header_map, delay=delay)
+        if stdin:
+            ids = _send_lines(q, sys.stdin, header_map, delay)
+        else:
+            ids = []
+            for start in range(0, len(messages), 1000):
+                ids += q.send_batch(messages[start : start + 1000], headers=header_map, delay=delay)
+    if not ids:
+        raise InvalidSetting("messages: stdin was empty; give at least one line")
     if as_json:
         echo_json({"queue": queue_name, "ids": ids})
     else:
@@ -219,6 +331,34 @@ def ack(settings: ConnectionSettings, queue_name: str, receipts: Sequence[str]) 
     click.echo(f"acked {len(receipts)} message(s)")
 
 
+def dead_letter_reason(headers: Mapping[str, str]) -> str:
+    """Why a message is in a dead-letter queue, from the headers the move added."""
+    source = headers.get(HEADER_SOURCE)
+    if source is None:
+        return "-"
+    return (
+        f"delivered {headers.get(HEADER_DELIVERIES, '?')} times from {source!r} without an ack"
+        f" (was message {headers.get(HEADER_ORIGINAL_ID, '?')})"
+    )
+
+
+def _send_lines(
+    queue: Queue, lines: Iterable[str], headers: dict[str, str], delay: float
+) -> list[int]:
+    """Send each line as a message through a producer; return the ids in line order."""
+    futures: list[Future[int]] = []
+    with queue.producer() as producer:
+        for number, line in enumerate(lines, start=1):
+            try:
+                futures.append(producer.send(line.rstrip("\n"), headers=headers, delay=delay))
+            except InvalidSetting as e:
+                producer.close()  # what came before is sent, not dropped
+                raise InvalidMessage(
+                    f"line {number} of stdin: {e}; the {number - 1} line(s) before it were sent"
+                ) from e
+    return [f.result() for f in futures]
+
+
 def _parse_headers(pairs: Sequence[str]) -> dict[str, str]:
     headers = {}
     for pair in pairs:
@@ -253,21 +393,30 @@ def _print_messages(messages: Sequence[Message], as_json: bool, *, receipts: boo
             }  # fmt: skip
             if receipts and isinstance(m, Delivery):
                 row["receipt"] = m.receipt
+            if HEADER_SOURCE in m.headers:
+                row["dead_letter_reason"] = dead_letter_reason(m.headers)
             rows.append(row)
         echo_json(rows)
         return
     if not messages:
         click.echo("no visible message", err=True)
         return
-    table = Table("id", "deliveries", "payload", "headers", *(["receipt"] if receipts else []))
+    dead = any(HEADER_SOURCE in m.headers for m in messages)  # a dead-letter queue: say why
+    table = Table(
+        "id", "deliveries", "payload", "headers",
+        *(["dead letter because"] if dead else []), *(["receipt"] if receipts else []),
+    )  # fmt: skip
     for m in messages:
         body, _ = _text(m.payload)
+        shown = {k: v for k, v in m.headers.items() if not dead or k not in DEAD_LETTER_HEADERS}
         cells = [
             str(m.id),
             str(m.delivery_count),
             body,
-            " ".join(f"{k}={v}" for k, v in m.headers.items()),
+            " ".join(f"{k}={v}" for k, v in shown.items()),
         ]
+        if dead:
+            cells.append(dead_letter_reason(m.headers))
         if receipts and isinstance(m, Delivery):
             cells.append(m.receipt)
         table.add_row(*cells)

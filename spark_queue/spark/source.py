@@ -323,9 +323,9 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._acked_step = max(last.step, self._acked_step or 0)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        # Counting reads the queue's live buckets: do it beside the stream, not
-        # on Spark's planning path, and report the last count. One count at a
-        # time: a count slower than REPORT_INTERVAL (a large backlog) delays the
+        # Counting costs a bounded number of bucket scans (spark_queue.counting), still
+        # a few round trips: do it beside the stream, not on Spark's planning path,
+        # and report the last count. One count at a time: a slow count delays the
         # next one instead of piling threads up behind it.
         now = time.monotonic()
         if not self._counting and now - self._report_started >= REPORT_INTERVAL:
@@ -347,6 +347,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "visible": stats.visible,
                 "inFlight": stats.in_flight,
                 "delayed": stats.delayed,
+                "oldestAgeSeconds": stats.oldest_age,
             }
         except SparkQueueError:
             log.warning("bdq source %r: counting the backlog failed", self.options.queue)
