@@ -7,6 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from spark_queue.cli.bench import bench
+from spark_queue.cli.bench_faults import faults
 from spark_queue.cli.cassandra import cassandra
 from spark_queue.cli.options import CommandGroup
 from spark_queue.cli.queue import ack, peek, queue, receive, send
@@ -33,4 +34,5 @@ main.add_command(cassandra)
 main.add_command(queue)
 for command in (send, receive, peek, ack):
     main.add_command(command)
+bench.add_command(faults)
 main.add_command(bench)
