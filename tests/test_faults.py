@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from spark_queue import BackendUnavailable, ConnectionSettings, QueueClient
+from spark_queue.bench.faults_bench import FaultsParams, run_faults_bench
 from spark_queue.bench.faults_pipeline import Checkpoint, run_pipeline_faults
+from spark_queue.bench.faults_report import write_report
 from spark_queue.config import HostPort
 from spark_queue.local import cql
 from spark_queue.local.node import LocalCluster
@@ -179,3 +181,36 @@ def test_relay_killed_at_random_with_a_node_killed_and_restarted_moves_each_mess
     assert result.duplicates == 0, where
     assert result.delivered == 20_000, where
     assert (result.source_left, result.target_left) == (0, 0), where
+
+
+def test_bench_faults_slice_loses_nothing_and_writes_its_report(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    # Given the bench's workload on the three nodes, with short levels: receivers
+    # crashing at p = 0.2 per batch, a node killed and restarted, two load steps
+    settings = all_up(cluster, "faults_bench")
+    params = FaultsParams(
+        rate=40, seconds=6, receivers=2, visibility_timeout=3, crash_levels=(0.2,),
+        mttf=4, mttr=2, node_seconds=12, load_steps=(40, 80), load_seconds=4, seed=11,
+    )  # fmt: skip
+    result = run_faults_bench(settings, params, tmp_path / "work", cluster=cluster)
+
+    # Then no level lost a message, the faults happened, and the report has its plots
+    by_fault = {level.fault: level for level in result.levels}
+    assert [(level.level, level.lost, level.corrupt) for level in result.levels] == [
+        (level.level, 0, 0) for level in result.levels
+    ]
+    assert all(level.sent > 0 and level.distinct == level.sent for level in result.levels)
+    assert by_fault["receiver"].restarts > 0
+    node_events = [what for _, what in by_fault["node"].events]
+    assert node_events[:2] == [node_events[0], node_events[0].replace("killed", "back")]
+    assert node_events[0].endswith("killed")
+    files = write_report(result, tmp_path / "report", "bdq bench faults (test slice)")
+    assert {f.name for f in files} == {
+        "report.md",
+        "faults-load.png",
+        "faults-throughput.png",
+        "faults-duplication.png",
+    }
+    assert all(f.stat().st_size > 0 for f in files)
+    assert "Lost messages in all: **0**" in (tmp_path / "report" / "report.md").read_text()
