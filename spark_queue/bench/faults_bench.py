@@ -29,6 +29,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -471,6 +472,4 @@ def _measure(
 
 def fresh_workdir(base: Path | None = None) -> Path:
     """A new folder for one run's records (under ``base`` or the system temp folder)."""
-    import tempfile
-
     return Path(tempfile.mkdtemp(prefix="bdq-faults-", dir=base or os.environ.get("TMPDIR")))
