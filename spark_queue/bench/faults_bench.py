@@ -41,7 +41,7 @@ from pathlib import Path
 from spark_queue.bench.metrics import make_payload, order_stats, percentile
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings, check_int, check_seconds
-from spark_queue.errors import BackendUnavailable
+from spark_queue.errors import BackendUnavailable, InvalidSetting
 from spark_queue.local.node import LocalCluster
 from spark_queue.queue import Queue
 
@@ -99,7 +99,7 @@ class FaultsParams:
         check_seconds("load_seconds", self.load_seconds)
         for p in self.crash_levels:
             if not 0 <= p <= 1:
-                raise ValueError(f"crash level {p}: must be a probability from 0 to 1")
+                raise InvalidSetting(f"crash level {p}: must be a probability from 0 to 1")
 
     @classmethod
     def quick(cls, seed: int | None = None) -> FaultsParams:
@@ -162,6 +162,18 @@ class FaultsResult:
 
 Echo = Callable[[str], None]
 
+FAULTS = ("receiver", "node", "load")
+
+
+def check_faults(names: Sequence[str]) -> list[str]:
+    """``names`` if each is one of :data:`FAULTS` and there is at least one."""
+    unknown = [n for n in names if n not in FAULTS]
+    if unknown or not names:
+        raise InvalidSetting(
+            f"faults {','.join(names)!r}: must be a comma list of {', '.join(FAULTS)}"
+        )
+    return list(names)
+
 
 def run_faults_bench(
     settings: ConnectionSettings,
@@ -182,11 +194,9 @@ def run_faults_bench(
         faults: Which of ``receiver``, ``node`` and ``load`` to run.
         echo: Where progress lines go.
     """
-    unknown = set(faults) - {"receiver", "node", "load"}
-    if unknown:
-        raise ValueError(f"faults {sorted(unknown)}: must be among receiver, node, load")
+    check_faults(faults)
     if "node" in faults and cluster is None:
-        raise ValueError("the node fault needs a local cluster the bench can kill nodes of")
+        raise InvalidSetting("faults 'node': needs a local cluster the bench can kill nodes of")
     echo(f"bench faults: seed {params.seed}")
     rng = random.Random(params.seed)
     levels: list[LevelResult] = []

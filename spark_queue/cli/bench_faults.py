@@ -20,7 +20,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from spark_queue.bench.faults_bench import FaultsParams, fresh_workdir, run_faults_bench
+from spark_queue.bench.faults_bench import (
+    FaultsParams,
+    check_faults,
+    fresh_workdir,
+    run_faults_bench,
+)
 from spark_queue.bench.faults_pipeline import run_pipeline_faults
 from spark_queue.bench.faults_report import HEADERS, level_row, write_report
 from spark_queue.cli.options import echo_json, echo_progress, json_option
@@ -93,7 +98,7 @@ def faults(
     the offered load stepped up until response times pass 200 ms. Loss must be
     0 in every level: the command exits with 1 otherwise.
     """
-    names = [n.strip() for n in chosen.split(",") if n.strip()]
+    names = check_faults([n.strip() for n in chosen.split(",") if n.strip()])
     external = bool(hosts_from_env())
     cluster = None if external else _cluster(cluster_home or default_home() / "faults")
     if cluster is not None:
