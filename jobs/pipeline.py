@@ -488,7 +488,9 @@ def _stop_between_batches(query: StreamingQuery, echo: Echo) -> None:
 def queue_depths(settings: ConnectionSettings, config: JobConfig) -> dict[str, int]:
     """Messages left in each of the pipeline's queues."""
     with QueueClient(settings=settings) as client:
-        return {spec.name: client.queue(spec.name).stats().total for spec in config.queues()}
+        return {
+            spec.name: client.queue(spec.name).stats(exact=True).total for spec in config.queues()
+        }
 
 
 def build_session(app_name: str, spark_defaults: Mapping[str, str] | None = None) -> SparkSession:

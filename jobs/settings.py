@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spark_queue import defaults
 from spark_queue.config import (
     CONSISTENCY_LEVELS,
     ENV_VARS,
@@ -47,7 +48,7 @@ class QueueSpec:
     """
 
     name: str
-    bucket_size: int = 1000
+    bucket_size: int = defaults.BUCKET_SIZE
     visibility_timeout: float = 60.0
 
 
@@ -165,7 +166,7 @@ def _queue_spec(table: Mapping[str, Any], role: str, where: str) -> QueueSpec:
         check_queue_name(name)
         spec = QueueSpec(
             name,
-            _whole(table, "bucket_size", 1000, where),
+            _whole(table, "bucket_size", defaults.BUCKET_SIZE, where),
             _number(table, "visibility_timeout", 60.0, where),
         )
         # The library checks the rest (bucket size range, positive timeout).

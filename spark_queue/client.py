@@ -10,9 +10,13 @@ from dataclasses import asdict
 from types import TracebackType
 from typing import Any
 
+from spark_queue import defaults
 from spark_queue.config import ConnectionSettings, QueueSettings, check_queue_name
 from spark_queue.errors import InvalidSetting, QueueExists, QueueNotFound, SparkQueueError
+from spark_queue.maintenance import stored_range
 from spark_queue.queue import Queue
+from spark_queue.settings_change import update_settings
+from spark_queue.store.buckets import Buckets
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
@@ -104,14 +108,14 @@ class QueueClient:
         self,
         name: str,
         *,
-        bucket_size: int = 1000,
-        visibility_timeout: float = 30.0,
-        order_hint: int = 1,
-        message_ttl: int = 7 * 86400,
+        bucket_size: int = defaults.BUCKET_SIZE,
+        visibility_timeout: float = defaults.VISIBILITY_TIMEOUT,
+        order_hint: int = defaults.ORDER_HINT,
+        message_ttl: int = defaults.MESSAGE_TTL,
         max_deliveries: int | None = None,
         dead_letter_queue: str | None = None,
-        max_message_bytes: int = 256 * 1024,
-        seal_delay: float = 5.0,
+        max_message_bytes: int = defaults.MAX_MESSAGE_BYTES,
+        seal_delay: float = defaults.SEAL_DELAY,
         exist_ok: bool = False,
     ) -> Queue:
         """Create a queue and return a handle on it.
@@ -189,6 +193,34 @@ class QueueClient:
                 self._handles[name] = handle
             return handle
 
+    def update_queue(self, name: str, **changes: Any) -> QueueSettings:
+        """Change settings of an existing queue; return its new settings.
+
+        Every handle, in every process, uses the new settings from its first
+        operation that starts ``SETTINGS_REFRESH`` (2) seconds after this returns;
+        handles of this client at once. A new ``message_ttl`` applies to messages
+        sent after the change. Concurrent updates of different settings both
+        take effect (see ``spark_queue.settings_change``).
+
+        Args:
+            name: The queue.
+            **changes: Any of ``visibility_timeout``, ``order_hint``,
+                ``message_ttl``, ``max_deliveries``, ``dead_letter_queue``,
+                ``max_message_bytes``. Clear the dead-letter queue with
+                ``max_deliveries=None, dead_letter_queue=None``.
+
+        Raises:
+            InvalidSetting: ``bucket_size`` or ``seal_delay`` (fixed at creation),
+                an unknown setting, or a value that breaks its rule; nothing changed.
+            QueueNotFound: No such queue, or no such dead-letter queue.
+        """
+        queue_id, settings = update_settings(self._store, name, changes, self.queue)
+        with self._lock:
+            handle = self._handles.get(name)
+        if handle is not None and handle.queue_id == queue_id:
+            handle.apply_settings(settings)
+        return settings
+
     def list_queues(self) -> list[str]:
         """Names of every queue in the keyspace, sorted."""
         return sorted(row[0] for row in self._store.rows(LIST, what="listing queues"))
@@ -214,17 +246,16 @@ class QueueClient:
             raise QueueNotFound(
                 f"queue {name!r}: was deleted or re-created by someone else meanwhile"
             )
+        buckets = Buckets(self._store, queue.queue_id, queue.settings.bucket_size)
+        doomed = stored_range(buckets)  # read before its pointers go
         # The sequence goes first so writers holding a handle fail on their next block.
-        tail = queue.buckets.tail()
-        head, _ = queue.buckets.pointers()
         self._store.execute(DELETE_SEQUENCE, (queue.queue_id,), what=what)
         self._store.execute(DELETE_POINTERS, (queue.queue_id,), what=what)
-        last = queue.buckets.bucket_of(max(tail - 1, 0))
         try:
-            queue.buckets.drop(range(head, last + 1))
+            buckets.drop(doomed)
         except SparkQueueError:
             # Unreachable under the new incarnation either way; only disk is at stake.
             log.warning("queue %r: some buckets of the deleted queue were not dropped", name)
-        queue._mark_deleted()
+        queue.mark_deleted()
         with self._lock:
             self._handles.pop(name, None)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from spark_queue import defaults
 from spark_queue.errors import InvalidSetting
 
 DEFAULT_PORT = 9042
@@ -204,9 +205,6 @@ def hosts_from_env(env: Mapping[str, str] | None = None) -> tuple[HostPort, ...]
 # -- queue settings ------------------------------------------------------------
 
 _QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}")
-MAX_TTL = 630_720_000  # Cassandra's limit: 20 years, in seconds
-MAX_MESSAGE_BYTES_LIMIT = 16 * 1024 * 1024
-MAX_BUCKET_SIZE = 100_000
 
 
 def check_queue_name(name: object) -> str:
@@ -262,22 +260,22 @@ class QueueSettings:
             are checked and re-sent if their bucket was sealed. Default 5.
     """
 
-    bucket_size: int = 1000
-    visibility_timeout: float = 30.0
-    order_hint: int = 1
-    message_ttl: int = 7 * 86400
+    bucket_size: int = defaults.BUCKET_SIZE
+    visibility_timeout: float = defaults.VISIBILITY_TIMEOUT
+    order_hint: int = defaults.ORDER_HINT
+    message_ttl: int = defaults.MESSAGE_TTL
     max_deliveries: int | None = None
     dead_letter_queue: str | None = None
-    max_message_bytes: int = 256 * 1024
-    seal_delay: float = 5.0
+    max_message_bytes: int = defaults.MAX_MESSAGE_BYTES
+    seal_delay: float = defaults.SEAL_DELAY
 
     def __post_init__(self) -> None:
-        check_int("bucket_size", self.bucket_size, 1, MAX_BUCKET_SIZE)
+        check_int("bucket_size", self.bucket_size, 1, defaults.MAX_BUCKET_SIZE)
         object.__setattr__(
             self, "visibility_timeout", check_seconds("visibility_timeout", self.visibility_timeout)
         )
-        check_int("order_hint", self.order_hint, 1, 1000)
-        check_int("message_ttl", self.message_ttl, 1, MAX_TTL)
+        check_int("order_hint", self.order_hint, 1, defaults.MAX_ORDER_HINT)
+        check_int("message_ttl", self.message_ttl, 1, defaults.MAX_TTL)
         if self.max_deliveries is not None:
             check_int("max_deliveries", self.max_deliveries, 1, 1_000_000)
             if self.dead_letter_queue is None:
@@ -292,5 +290,5 @@ class QueueSettings:
                     f"dead_letter_queue {self.dead_letter_queue!r}: needs max_deliveries,"
                     " the number of deliveries after which a message moves there"
                 )
-        check_int("max_message_bytes", self.max_message_bytes, 1, MAX_MESSAGE_BYTES_LIMIT)
+        check_int("max_message_bytes", self.max_message_bytes, 1, defaults.MAX_MESSAGE_BYTES_LIMIT)
         object.__setattr__(self, "seal_delay", check_seconds("seal_delay", self.seal_delay))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import secrets
 import struct
 import uuid
 from collections.abc import Mapping
@@ -20,6 +21,11 @@ from spark_queue.errors import InvalidSetting
 
 _RECEIPT_VERSION = 1
 _RECEIPT = struct.Struct(">B16sqqqq")
+
+
+def new_lease() -> int:
+    """A fresh lease token for one delivery (0 means "never delivered")."""
+    return secrets.randbits(63) or 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,19 +106,27 @@ class Delivery(Message):
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """Approximate counts, from one scan of the queue's live buckets.
+    """Approximate counts of a queue (see ``spark_queue.counting`` for how they are kept cheap).
 
     Attributes:
         visible: Messages that a receive could return now.
         in_flight: Messages received and not yet acked, under a lease.
         delayed: Messages sent with a delay that has not passed yet.
-        buckets: Live (not yet dropped) buckets scanned.
+        buckets: Live (not yet dropped) buckets.
+        oldest_age: Seconds since the oldest visible message was sent (SQS's
+            ApproximateAgeOfOldestMessage), or None when none is visible.
+        estimated_buckets: Live buckets not counted yet, whose handed-out ids
+            were counted as visible messages.
+        counts_age: Seconds since the oldest bucket count used was taken.
     """
 
     visible: int
     in_flight: int
     delayed: int
     buckets: int
+    oldest_age: float | None = None
+    estimated_buckets: int = 0
+    counts_age: float = 0.0
 
     @property
     def total(self) -> int:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC
+from typing import Any
 
 import pytest
 
@@ -20,7 +22,8 @@ from spark_queue import (
     QueueNotFound,
     StaleReceipt,
 )
-from spark_queue.queue import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE, Queue
+from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.queue import Queue
 
 pytestmark = pytest.mark.cassandra
 
@@ -333,3 +336,86 @@ def test_invalid_names_and_receive_arguments(client: QueueClient) -> None:
         queue.receive(1, visibility_timeout=-1)
     with pytest.raises(InvalidSetting, match="order_hint 0"):
         queue.receive(1, order_hint=0)
+
+
+# -- review defects (issue 7, section 3) -------------------------------------------------------
+
+
+def test_message_acked_between_scan_and_lease_is_not_handed_out_again(
+    client: QueueClient,
+) -> None:
+    # Given a message whose first lease ran out, still held (unacked) by its first consumer
+    queue = client.create_queue("acked-race", visibility_timeout=0.2)
+    queue.send(b"once")
+    (first,) = queue.receive(1)
+    time.sleep(0.3)
+    write_leases = queue.buckets.write_leases
+
+    def ack_first_then_lease(*args: Any) -> None:
+        # the first consumer acks after the second scanned, before its lease lands
+        queue.ack(first.receipt)
+        write_leases(*args)
+
+    queue.buckets.write_leases = ack_first_then_lease  # type: ignore[method-assign]
+
+    # When a second receive scans, then leases the (now acked) message
+    again = queue.receive(1)
+
+    # Then it is not handed out: its ack could only fail
+    assert again == []
+
+
+def test_acked_message_is_not_moved_to_dead_letters(client: QueueClient) -> None:
+    dead_letters = client.create_queue("acked-dlq")
+    queue = client.create_queue(
+        "acked-poison", visibility_timeout=0.2, max_deliveries=1, dead_letter_queue="acked-dlq"
+    )
+    queue.send(b"done-late")
+    (first,) = queue.receive(1)
+    time.sleep(0.3)  # the lease ran out: the next receive finds it past max_deliveries
+    move = queue._dead_letters.move
+
+    def ack_then_move(*args: Any) -> int:
+        queue.ack(first.receipt)  # the slow consumer finished after all
+        return move(*args)
+
+    queue._dead_letters.move = ack_then_move  # type: ignore[method-assign]
+
+    assert queue.receive(1) == []
+
+    assert dead_letters.peek(10) == []
+    assert queue.stats().total == 0
+
+
+def test_two_consumers_racing_move_a_message_to_dead_letters_once(
+    keyspace: ConnectionSettings, client: QueueClient
+) -> None:
+    dead_letters = client.create_queue("race-dlq")
+    client.create_queue(
+        "race-poison", visibility_timeout=0.2, max_deliveries=1, dead_letter_queue="race-dlq"
+    )
+    first_handle = client.queue("race-poison")
+    first_handle.send(b"poison")
+    first_handle.receive(1)
+    time.sleep(0.3)
+    with QueueClient(settings=keyspace) as other:
+        handles = [first_handle, other.queue("race-poison")]
+        meet = threading.Barrier(2, timeout=3)
+        for handle in handles:
+            opener = handle._dead_letters._open_queue
+
+            def meet_then_open(name: str, opener: Any = opener) -> Queue:
+                # both consumers decided to move it: meet before either sends
+                with contextlib.suppress(threading.BrokenBarrierError):
+                    meet.wait()
+                return opener(name)
+
+            handle._dead_letters._open_queue = meet_then_open
+        threads = [threading.Thread(target=h.receive, args=(1,)) for h in handles]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+
+    assert [m.payload for m in dead_letters.peek(10)] == [b"poison"]
+    assert first_handle.stats().total == 0

@@ -62,7 +62,7 @@ def test_write_delayed_past_the_seal_is_sent_again_not_lost(
     writer = threading.Thread(target=lambda: result.append(slow.send(b"late")))
     writer.start()
     deadline = time.monotonic() + 30
-    while slow._ids.high_water == 0:  # wait until A holds its block (ids 0..15)
+    while slow._sending.ids.high_water == 0:  # wait until A holds its block (ids 0..15)
         assert time.monotonic() < deadline, "writer A never reserved its ids"
         time.sleep(0.01)
 
@@ -116,8 +116,8 @@ def test_ids_reserved_and_never_written_do_not_block_the_queue(
     b.create_queue("gaps", bucket_size=10, seal_delay=SEAL_DELAY)
     crashed, alive = a.queue("gaps"), b.queue("gaps")
     # Given a writer that reserved ids 0..15 and died before writing any
-    leases = crashed._ids.take(1)
-    assert leases[0].start == 0
+    blocks = crashed._sending.ids.take(1)
+    assert blocks[0].start == 0
 
     # When another writer's messages are consumed
     alive.send_batch([str(i).encode() for i in range(30)])

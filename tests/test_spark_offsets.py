@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import InvalidSetting
-from spark_queue.queue import MAX_BATCH
 from spark_queue.spark.source import Offset, shares
 
 

@@ -11,6 +11,7 @@ import pytest
 from spark_queue import ConnectionSettings, QueueClient, SparkQueueError
 from spark_queue.errors import BackendUnavailable
 from spark_queue.queue import Queue
+from spark_queue.store.send_log import SendLog, SendState
 
 pytestmark = pytest.mark.cassandra
 
@@ -110,16 +111,16 @@ def test_send_once_crashing_mid_write_is_finished_by_the_retry(client: QueueClie
 
 def test_send_once_crashing_before_release_is_released_by_the_retry(client: QueueClient) -> None:
     queue = client.create_queue("once-release")
-    original = queue._release
+    original = queue._sending.release
 
-    def crash(*args: Any) -> None:
+    def crash(*args: Any, **kwargs: Any) -> None:
         raise BackendUnavailable("injected: driver died before releasing")
 
-    queue._release = crash  # type: ignore[method-assign]
+    queue._sending.release = crash  # type: ignore[method-assign]
     with pytest.raises(BackendUnavailable):
         queue.send_batch_once("w", 9, 2, [b"x", b"y"])
     assert queue.peek(10) == []
-    queue._release = original  # type: ignore[method-assign]
+    queue._sending.release = original  # type: ignore[method-assign]
 
     queue.send_batch_once("w", 9, 2, [b"x", b"y"])
 
@@ -132,3 +133,33 @@ def test_send_once_repeat_with_other_rows_is_refused(client: QueueClient) -> Non
 
     with pytest.raises(SparkQueueError, match="3 messages now, 2 when first sent"):
         queue.send_batch_once("w", 1, 0, [b"x", b"y", b"z"])
+
+
+def test_send_once_retried_after_release_keeps_deliveries_already_held(
+    client: QueueClient,
+) -> None:
+    # Given a send-once that released its messages, then died before recording DONE
+    queue = client.create_queue("once-held")
+    original = SendLog.write
+
+    def crash_on_done(self: SendLog, *args: Any) -> None:
+        if args[4] is SendState.DONE:
+            raise BackendUnavailable("injected: driver died before recording DONE")
+        original(self, *args)
+
+    SendLog.write = crash_on_done  # type: ignore[method-assign]
+    try:
+        with pytest.raises(BackendUnavailable):
+            queue.send_batch_once("w", 4, 0, [b"held", b"free"])
+    finally:
+        SendLog.write = original  # type: ignore[method-assign]
+    # and a consumer took one of them meanwhile
+    (held,) = queue.receive(1)
+
+    # When the send is retried
+    queue.send_batch_once("w", 4, 0, [b"held", b"free"])
+
+    # Then the consumer still holds its delivery: its ack works, nothing is delivered twice
+    queue.ack(held.receipt)
+    assert payloads_of(queue) == [b"free"]
+    assert queue.stats().total == 0

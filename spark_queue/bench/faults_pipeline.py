@@ -344,8 +344,8 @@ def _check(
                 if source_id in sent and d.payload != sent[source_id]:
                     result.corrupt += 1
             dst.ack_batch([d.receipt for d in deliveries])
-        result.source_left = client.queue(source).stats().total
-        result.target_left = dst.stats().total
+        result.source_left = client.queue(source).stats(exact=True).total
+        result.target_left = dst.stats(exact=True).total
     result.delivered = sum(seen.values())
     result.duplicates = sum(n - 1 for n in seen.values())
     result.missing = len(sent.keys() - seen.keys())

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from cassandra import InvalidRequest
 
+from spark_queue import defaults
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.queue import Queue
-from spark_queue.store.buckets import SCAN_CANDIDATES, Candidate
 
 _TRACE_READ = re.compile(r"Read (\d+) live rows and (\d+) tombstone cells")
 
@@ -59,27 +59,17 @@ def traced_receive(queue: Queue) -> tuple[list[bytes], list[int], int, int]:
     Returns the payloads, the buckets scanned, and the live rows and tombstone
     cells Cassandra read to answer those scans.
     """
-    store, scanned, cost = queue.buckets.store, [], [0, 0]
-
-    def traced_scan(bucket: int, now: int, limit: int) -> list[Candidate]:
-        result = store.session.execute(
-            store.prepare(SCAN_CANDIDATES), (queue.queue_id, bucket, now, limit), trace=True
-        )
-        for event in result.get_query_trace(10.0).events:
+    with queue.buckets.traced_scans() as traces:
+        deliveries = queue.receive(1)
+    live_rows = tombstones = 0
+    for _, trace in traces:
+        for event in trace.events:
             match = _TRACE_READ.search(event.description)
             if match:
-                cost[0] += int(match[1])
-                cost[1] += int(match[2])
-        scanned.append(bucket)
-        return [Candidate(row[0], bucket, row[1], row[2] or 0, row[3] or 0) for row in result]
-
-    queue.buckets.scan_candidates = traced_scan  # type: ignore[method-assign]
-    try:
-        deliveries = queue.receive(1)
-    finally:
-        del queue.buckets.scan_candidates
+                live_rows += int(match[1])
+                tombstones += int(match[2])
     queue.ack_batch([d.receipt for d in deliveries])
-    return [d.payload for d in deliveries], scanned, cost[0], cost[1]
+    return [d.payload for d in deliveries], [b for b, _ in traces], live_rows, tombstones
 
 
 def _head_cost(queue: Queue, samples: int) -> HeadCost:
@@ -102,7 +92,7 @@ def run_head_bench(
     messages: int = 1_000_000,
     batch: int = 1000,
     payload_bytes: int = 100,
-    bucket_size: int = 1000,
+    bucket_size: int = defaults.BUCKET_SIZE,
     samples: int = 50,
     progress: Callable[[str], None] = lambda _: None,
 ) -> HeadBenchResult:

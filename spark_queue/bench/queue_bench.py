@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from spark_queue import defaults
 from spark_queue.bench.baseline import DEFAULT_CONCURRENCY as BASELINE_CONCURRENCY
 from spark_queue.bench.baseline import RawInsertBaseline
 from spark_queue.bench.metrics import (
@@ -83,12 +84,12 @@ class QueueBenchParams:
     queues: int = 1
     send_threads: int = 3
     recv_threads: int = 3
-    order_hint: int = 1
-    visibility_timeout: float = 30.0
+    order_hint: int = defaults.ORDER_HINT
+    visibility_timeout: float = defaults.VISIBILITY_TIMEOUT
     receive_delay: float = 0.0
     send_batch: int = 1
     receive_batch: int = 10
-    bucket_size: int = 1000
+    bucket_size: int = defaults.BUCKET_SIZE
     seed: int = field(default_factory=lambda: random.randrange(2**32))
     baseline: bool = True
     baseline_concurrency: int = BASELINE_CONCURRENCY
@@ -99,7 +100,7 @@ class QueueBenchParams:
         check_int("queues", self.queues, 1, 1000)
         check_int("send_threads", self.send_threads, 1, 1000)
         check_int("recv_threads", self.recv_threads, 1, 1000)
-        check_int("order_hint", self.order_hint, 1, 1000)
+        check_int("order_hint", self.order_hint, 1, defaults.MAX_ORDER_HINT)
         check_seconds("visibility_timeout", self.visibility_timeout)
         check_seconds("receive_delay", self.receive_delay, allow_zero=True)
         check_int("send_batch", self.send_batch, 1, 10_000)
@@ -256,12 +257,12 @@ def run_queue_bench(
     queues: int = 1,
     send_threads: int = 3,
     recv_threads: int = 3,
-    order_hint: int = 1,
-    visibility_timeout: float = 30.0,
+    order_hint: int = defaults.ORDER_HINT,
+    visibility_timeout: float = defaults.VISIBILITY_TIMEOUT,
     receive_delay: float = 0.0,
     send_batch: int = 1,
     receive_batch: int = 10,
-    bucket_size: int = 1000,
+    bucket_size: int = defaults.BUCKET_SIZE,
     seed: int | None = None,
     baseline: bool = True,
     baseline_concurrency: int = BASELINE_CONCURRENCY,

@@ -8,9 +8,13 @@ import click
 
 from spark_queue.cli.bench import bench
 from spark_queue.cli.bench_faults import faults
+from spark_queue.cli.bench_stats import stats as bench_stats
 from spark_queue.cli.cassandra import cassandra
+from spark_queue.cli.dlq import dlq
+from spark_queue.cli.metrics import metrics
 from spark_queue.cli.options import CommandGroup
 from spark_queue.cli.queue import ack, peek, queue, receive, send
+from spark_queue.cli.top import top
 
 
 def _version() -> str:
@@ -34,5 +38,9 @@ main.add_command(cassandra)
 main.add_command(queue)
 for command in (send, receive, peek, ack):
     main.add_command(command)
-bench.add_command(faults)
+main.add_command(dlq)
+main.add_command(top)
+main.add_command(metrics)
 main.add_command(bench)
+bench.add_command(bench_stats)
+bench.add_command(faults)

@@ -20,6 +20,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from spark_queue import defaults
 from spark_queue.bench.baseline import DEFAULT_CONCURRENCY as BASELINE_CONCURRENCY
 from spark_queue.bench.head_bench import run_head_bench
 from spark_queue.bench.metrics import MIN_PAYLOAD_BYTES
@@ -56,8 +57,8 @@ def _run_options(func: Callable[..., R]) -> Callable[..., R]:
 _RUN_OPTIONS = (
     click.option(
         "--bucket-size",
-        type=click.IntRange(1, 100_000),
-        default=1000,
+        type=click.IntRange(1, defaults.MAX_BUCKET_SIZE),
+        default=defaults.BUCKET_SIZE,
         show_default=True,
         help="Ids per bucket of the benchmark queues.",
     ),
@@ -141,7 +142,7 @@ def bench() -> None:
 @click.option(
     "--visibility-timeout",
     type=click.FloatRange(0, min_open=True),
-    default=30.0,
+    default=defaults.VISIBILITY_TIMEOUT,
     show_default=True,
     help="Seconds a received message stays invisible.",
 )
@@ -293,15 +294,15 @@ def spark(settings: ConnectionSettings, as_json: bool, **options: Any) -> None:
 )
 @click.option(
     "--batch",
-    type=click.IntRange(1, 10_000),
+    type=click.IntRange(1, defaults.MAX_BATCH),
     default=1000,
     show_default=True,
     help="Messages per send and per receive while moving them.",
 )
 @click.option(
     "--bucket-size",
-    type=click.IntRange(1, 100_000),
-    default=1000,
+    type=click.IntRange(1, defaults.MAX_BUCKET_SIZE),
+    default=defaults.BUCKET_SIZE,
     show_default=True,
     help="Ids per bucket of the benchmark queue.",
 )

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import base64
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.live import Live
 from rich.table import Table
 
+from spark_queue import defaults
 from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
+from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
 from spark_queue.errors import InvalidSetting
-from spark_queue.message import Delivery, Message
+from spark_queue.message import Delivery, Message, QueueStats
+from spark_queue.redrive import DEAD_LETTER_HEADERS
 
 _console = Console()
 
@@ -28,20 +33,32 @@ def queue() -> None:
 
 @queue.command()
 @click.argument("name")
-@click.option("--bucket-size", type=int, default=1000, show_default=True, help="Ids per bucket.")
 @click.option(
-    "--visibility-timeout", type=float, default=30.0, show_default=True,
+    "--bucket-size",
+    type=int,
+    default=defaults.BUCKET_SIZE,
+    show_default=True,
+    help="Ids per bucket.",
+)
+@click.option(
+    "--visibility-timeout", type=float, default=defaults.VISIBILITY_TIMEOUT, show_default=True,
     help="Seconds a received message stays invisible.",
 )  # fmt: skip
 @click.option(
-    "--order-hint", "-k", type=int, default=1, show_default=True,
+    "--order-hint", "-k", type=int, default=defaults.ORDER_HINT, show_default=True,
     help="K: pick among the oldest K visible messages (1 = best order).",
 )  # fmt: skip
-@click.option("--message-ttl", type=int, default=7 * 86400, show_default=True, help="Seconds.")
+@click.option(
+    "--message-ttl", type=int, default=defaults.MESSAGE_TTL, show_default=True, help="Seconds."
+)
 @click.option("--max-deliveries", type=int, default=None, help="Move to the DLQ after this many.")
 @click.option("--dead-letter-queue", default=None, help="Queue taking messages past max.")
-@click.option("--max-message-bytes", type=int, default=256 * 1024, show_default=True)
-@click.option("--seal-delay", type=float, default=5.0, show_default=True, help="Seconds.")
+@click.option(
+    "--max-message-bytes", type=int, default=defaults.MAX_MESSAGE_BYTES, show_default=True
+)
+@click.option(
+    "--seal-delay", type=float, default=defaults.SEAL_DELAY, show_default=True, help="Seconds."
+)
 @click.option("--exist-ok", is_flag=True, help="Succeed if the queue exists already.")
 @connection_options
 def create(settings: ConnectionSettings, name: str, exist_ok: bool, **queue_settings: Any) -> None:
@@ -49,6 +66,47 @@ def create(settings: ConnectionSettings, name: str, exist_ok: bool, **queue_sett
     with QueueClient(settings=settings) as client:
         q = client.create_queue(name, exist_ok=exist_ok, **queue_settings)
     click.echo(f"queue {q.name!r} ready (id {q.queue_id})")
+
+
+@queue.command()
+@click.argument("name")
+@click.option(
+    "--visibility-timeout", type=float, help="Seconds a received message stays invisible."
+)
+@click.option("--order-hint", "-k", type=int, help="K: pick among the oldest K visible messages.")
+@click.option("--message-ttl", type=int, help="Seconds; applies to messages sent from now on.")
+@click.option("--max-deliveries", type=int, help="Move to the DLQ after this many deliveries.")
+@click.option("--dead-letter-queue", help="Queue taking messages past --max-deliveries.")
+@click.option(
+    "--no-dead-letter-queue", is_flag=True,
+    help="Stop moving messages to a dead-letter queue (clears both settings).",
+)  # fmt: skip
+@click.option("--max-message-bytes", type=int, help="Largest payload accepted.")
+@click.option("--bucket-size", type=int, hidden=True)  # refused by name: fixed at creation
+@click.option("--seal-delay", type=float, hidden=True)  # likewise
+@connection_options
+@json_option
+def update(
+    settings: ConnectionSettings,
+    name: str,
+    no_dead_letter_queue: bool,
+    as_json: bool,
+    **given: Any,
+) -> None:
+    """Change settings of queue NAME; every handle picks them up within 2 s."""
+    changes = {key: value for key, value in given.items() if value is not None}
+    if no_dead_letter_queue:
+        if "max_deliveries" in changes or "dead_letter_queue" in changes:
+            raise InvalidSetting(
+                "--no-dead-letter-queue: cannot go with --max-deliveries or --dead-letter-queue"
+            )
+        changes.update(max_deliveries=None, dead_letter_queue=None)
+    with QueueClient(settings=settings) as client:
+        new = client.update_queue(name, **changes)
+    if as_json:
+        echo_json({"name": name, **asdict(new)})
+        return
+    click.echo(f"queue {name!r} updated: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
 
 
 @queue.command(name="list")
@@ -99,22 +157,79 @@ def purge(settings: ConnectionSettings, name: str) -> None:
 
 @queue.command()
 @click.argument("name")
+@click.option("--exact", is_flag=True, help="Scan every live bucket (costs more with the backlog).")
+@click.option("--watch", is_flag=True, help="Refresh in place until Ctrl-C.")
+@click.option(
+    "--interval", type=click.FloatRange(0.1), default=1.0, show_default=True,
+    help="Seconds between refreshes with --watch.",
+)  # fmt: skip
 @connection_options
 @json_option
-def stats(settings: ConnectionSettings, name: str, as_json: bool) -> None:
-    """Approximate counts of queue NAME: visible, in flight, delayed."""
+def stats(
+    settings: ConnectionSettings,
+    name: str,
+    exact: bool,
+    watch: bool,
+    interval: float,
+    as_json: bool,
+) -> None:
+    """Approximate counts of queue NAME: visible, in flight, delayed, age of the oldest message."""
     with QueueClient(settings=settings) as client:
-        s = client.queue(name).stats()
-    counts = {
-        "visible": s.visible, "in_flight": s.in_flight, "delayed": s.delayed,
-        "total": s.total, "buckets": s.buckets,
-    }  # fmt: skip
+        q = client.queue(name)
+        if watch:
+            watch_table(lambda: stats_table(name, q.stats(exact=exact)), interval)
+            return
+        s = q.stats(exact=exact)
     if as_json:
-        echo_json({"queue": name, **counts})
+        echo_json({"queue": name, **stats_fields(s)})
         return
-    table = Table("queue", *counts)
-    table.add_row(name, *(str(v) for v in counts.values()))
-    _console.print(table)
+    _console.print(stats_table(name, s))
+
+
+def stats_fields(s: QueueStats) -> dict[str, Any]:
+    """The counts of ``s`` by name, as ``--json`` prints them."""
+    return {
+        "visible": s.visible, "in_flight": s.in_flight, "delayed": s.delayed, "total": s.total,
+        "oldest_age_seconds": s.oldest_age, "buckets": s.buckets,
+        "estimated_buckets": s.estimated_buckets, "counts_age_seconds": s.counts_age,
+    }  # fmt: skip
+
+
+def stats_table(name: str, s: QueueStats) -> Table:
+    """One row of counts, the way ``bdq queue stats`` shows them."""
+    table = Table("queue", "visible", "in flight", "delayed", "total", "oldest", "buckets")
+    buckets = str(s.buckets) + (
+        f" ({s.estimated_buckets} estimated)" if s.estimated_buckets else ""
+    )
+    table.add_row(
+        name, str(s.visible), str(s.in_flight), str(s.delayed), str(s.total),
+        format_age(s.oldest_age), buckets,
+    )  # fmt: skip
+    table.caption = f"counts at most {s.counts_age:.1f} s old"
+    return table
+
+
+def format_age(seconds: float | None) -> str:
+    """``'-'``, ``'42.0s'``, ``'3m05s'`` or ``'2h03m'``."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def watch_table(render: Callable[[], RenderableType], interval: float) -> None:
+    """Show ``render()`` in place, refreshed every ``interval`` s, until Ctrl-C."""
+    with Live(render(), console=_console, auto_refresh=False) as live:
+        try:
+            while True:
+                time.sleep(interval)
+                live.update(render(), refresh=True)
+        except KeyboardInterrupt:
+            pass  # Ctrl-C is how a watch ends: no traceback, exit 0
 
 
 # -- messages ---------------------------------------------------------------------
@@ -206,6 +321,17 @@ def ack(settings: ConnectionSettings, queue_name: str, receipts: Sequence[str]) 
     click.echo(f"acked {len(receipts)} message(s)")
 
 
+def dead_letter_reason(headers: Mapping[str, str]) -> str:
+    """Why a message is in a dead-letter queue, from the headers the move added."""
+    source = headers.get(HEADER_SOURCE)
+    if source is None:
+        return "-"
+    return (
+        f"delivered {headers.get(HEADER_DELIVERIES, '?')} times from {source!r} without an ack"
+        f" (was message {headers.get(HEADER_ORIGINAL_ID, '?')})"
+    )
+
+
 def _parse_headers(pairs: Sequence[str]) -> dict[str, str]:
     headers = {}
     for pair in pairs:
@@ -240,21 +366,30 @@ def _print_messages(messages: Sequence[Message], as_json: bool, *, receipts: boo
             }  # fmt: skip
             if receipts and isinstance(m, Delivery):
                 row["receipt"] = m.receipt
+            if HEADER_SOURCE in m.headers:
+                row["dead_letter_reason"] = dead_letter_reason(m.headers)
             rows.append(row)
         echo_json(rows)
         return
     if not messages:
         click.echo("no visible message", err=True)
         return
-    table = Table("id", "deliveries", "payload", "headers", *(["receipt"] if receipts else []))
+    dead = any(HEADER_SOURCE in m.headers for m in messages)  # a dead-letter queue: say why
+    table = Table(
+        "id", "deliveries", "payload", "headers",
+        *(["dead letter because"] if dead else []), *(["receipt"] if receipts else []),
+    )  # fmt: skip
     for m in messages:
         body, _ = _text(m.payload)
+        shown = {k: v for k, v in m.headers.items() if not dead or k not in DEAD_LETTER_HEADERS}
         cells = [
             str(m.id),
             str(m.delivery_count),
             body,
-            " ".join(f"{k}={v}" for k, v in m.headers.items()),
+            " ".join(f"{k}={v}" for k, v in shown.items()),
         ]
+        if dead:
+            cells.append(dead_letter_reason(m.headers))
         if receipts and isinstance(m, Delivery):
             cells.append(m.receipt)
         table.add_row(*cells)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spark_queue import defaults
 from spark_queue.config import ConnectionSettings, check_queue_name
 from spark_queue.errors import InvalidSetting
 
@@ -137,7 +138,9 @@ class SourceOptions:
             max_messages_per_trigger=None
             if limit is None
             else parse_positive_int("maxMessagesPerTrigger", limit, 10_000_000),
-            order_hint=None if hint is None else parse_positive_int("orderHint", hint, 1000),
+            order_hint=None
+            if hint is None
+            else parse_positive_int("orderHint", hint, defaults.MAX_ORDER_HINT),
         )
 
 

@@ -106,14 +106,14 @@ class SinkCommit(WriterCommitMessage):
 def write_batches(
     options: SinkOptions,
     batches: Iterator[pa.RecordBatch],
-    batch_id: int | None,
+    step: int | None,
     query_id: str | None = None,
 ) -> SinkCommit:
     """Send the rows of one task, chunk by chunk per target queue.
 
     With a writer id, sends are keyed by (writer id and the streaming query's
-    id, batch, partition, chunk). The query id lives in the checkpoint: a
-    restart keeps it, a new checkpoint (whose batch ids start again at 0)
+    id, step (Spark's batch id), partition, chunk). The query id lives in the
+    checkpoint: a restart keeps it, a new checkpoint (whose batch ids start again at 0)
     gets a new one, so reusing a writer id never mistakes new rows for old.
     """
     writer = None
@@ -140,7 +140,7 @@ def write_batches(
         else:
             queue.send_batch_once(
                 writer,
-                batch_id or 0,
+                step or 0,
                 part,
                 payloads,
                 headers=headers,

@@ -53,9 +53,10 @@ from pyspark.sql.types import (
 
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
+from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import InvalidSetting, SparkQueueError
 from spark_queue.message import Message
-from spark_queue.queue import MAX_BATCH, Queue
+from spark_queue.queue import Queue
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
 from spark_queue.store.session import Store
 
@@ -302,8 +303,8 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._acked_step = max(last.step, self._acked_step or 0)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        # Counting scans every live bucket (about 1 s per 100): do it beside
-        # the stream, not on Spark's planning path, and report the last count.
+        # Counting costs a bounded number of bucket scans (spark_queue.counting), still
+        # a few round trips: do it beside the stream, not on Spark's planning path.
         now = time.monotonic()
         if now - self._report_started >= REPORT_INTERVAL:
             self._report_started = now
@@ -320,6 +321,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "visible": stats.visible,
             "inFlight": stats.in_flight,
             "delayed": stats.delayed,
+            "oldestAgeSeconds": stats.oldest_age,
         }
 
     def prepareForTriggerAvailableNow(self) -> None:

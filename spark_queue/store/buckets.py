@@ -11,14 +11,16 @@ Times are integer milliseconds since the epoch throughout.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark_queue.store.session import Store
+from spark_queue.store.session import Store, translate_errors
 
 # Rows per single-partition batch, and their payload bytes: far below
 # Cassandra's mutation limit (half a commit-log segment) and kind to the heap.
@@ -64,6 +66,10 @@ ACK = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
     " IF lease = ? AND acked = false"
 )
+RELEASE_PENDING = (
+    "UPDATE {ks}.messages USING TTL ? SET visible_at = ? WHERE queue_id = ? AND bucket = ?"
+    " AND id = ? IF lease = ? AND acked = false"
+)
 MARK_ACKED = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
 )
@@ -91,6 +97,7 @@ class StoredMessage:
     expires_at: int
     delivery_count: int
     lease: int
+    acked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +145,11 @@ class LeaseCheck:
     expires_at: int
 
 
+def now_ms() -> int:
+    """Wall time in integer milliseconds, the unit of every stored time."""
+    return int(time.time() * 1000)
+
+
 def ttl_left(expires_at: int, now: int) -> int:
     """Whole seconds until ``expires_at`` (at least 1 so CQL accepts it)."""
     return max(1, math.ceil((expires_at - now) / 1000))
@@ -156,6 +168,7 @@ def _stored(row: Sequence[Any], bucket: int) -> StoredMessage | None:
         expires_at=row[5],
         delivery_count=row[6] or 0,
         lease=row[7] or 0,
+        acked=bool(row[8]) if len(row) > 8 else False,
     )
 
 
@@ -172,6 +185,21 @@ class Buckets:
         self.store = store
         self.queue_id = queue_id
         self.bucket_size = bucket_size
+        self._traces: list[tuple[int, Any]] | None = None
+
+    @contextlib.contextmanager
+    def traced_scans(self) -> Iterator[list[tuple[int, Any]]]:
+        """Have Cassandra trace each candidate scan made inside the block (for benchmarks).
+
+        Yields a list that fills with ``(bucket, query trace)`` per scan. Meant
+        for one thread measuring one receive: scans are slower while traced.
+        """
+        traces: list[tuple[int, Any]] = []
+        self._traces = traces
+        try:
+            yield traces
+        finally:
+            self._traces = None
 
     def bucket_of(self, message_id: int) -> int:
         return message_id // self.bucket_size
@@ -252,31 +280,63 @@ class Buckets:
     # -- conditional changes -------------------------------------------------------
 
     def ack(self, checks: Sequence[LeaseCheck], now: int) -> set[tuple[int, int]]:
-        """Ack each message whose current lease is the given one; return stale ``(bucket, id)``.
+        """Ack each message whose current lease is the given one; return stale ``(bucket, id)``."""
+        return self._where_lease(
+            ACK,
+            {
+                (c.bucket, c.id): (
+                    ttl_left(c.expires_at, now),
+                    self.queue_id,
+                    c.bucket,
+                    c.id,
+                    c.lease,
+                )
+                for c in checks
+            },
+            what="acking messages",
+        )
+
+    def release_pending(self, writes: Sequence[LeaseWrite], now: int) -> set[tuple[int, int]]:
+        """Make messages visible at ``visible_at`` if still never delivered; return the others.
+
+        A send-once retried after its release must not touch a message a
+        consumer holds by now (lease set) or has acked already.
+        """
+        return self._where_lease(
+            RELEASE_PENDING,
+            {
+                (w.bucket, w.id): (
+                    ttl_left(w.expires_at, now),
+                    w.visible_at,
+                    self.queue_id,
+                    w.bucket,
+                    w.id,
+                    0,
+                )
+                for w in writes
+            },
+            what="releasing messages",
+        )
+
+    def _where_lease(
+        self, cql: str, params: Mapping[tuple[int, int], Sequence[Any]], *, what: str
+    ) -> set[tuple[int, int]]:
+        """Apply ``cql`` (conditional on ``lease`` and ``acked``) row by row; return the misses.
 
         One conditional batch per bucket: Cassandra applies it only if every
         condition holds, and otherwise returns each row's current lease, so
-        the stale ones are dropped and the rest tried again.
+        the misses are dropped and the rest tried again.
         """
-        pending: dict[int, dict[int, LeaseCheck]] = defaultdict(dict)
-        for c in checks:
-            pending[c.bucket][c.id] = c
-        stale: set[tuple[int, int]] = set()
+        pending: dict[int, dict[int, Sequence[Any]]] = defaultdict(dict)
+        for (bucket, message_id), row_params in params.items():
+            pending[bucket][message_id] = row_params
+        missed: set[tuple[int, int]] = set()
         for _ in range(ACK_ROUNDS):
             if not pending:
-                return stale
+                return missed
             buckets = list(pending)
-            statements = [
-                self._statement(
-                    ACK,
-                    [
-                        (ttl_left(c.expires_at, now), self.queue_id, b, c.id, c.lease)
-                        for c in pending[b].values()
-                    ],
-                )
-                for b in buckets
-            ]
-            results = self.store.execute_many(statements, what="acking messages")
+            statements = [self._statement(cql, list(pending[b].values())) for b in buckets]
+            results = self.store.execute_many(statements, what=what)
             for bucket, result in zip(buckets, results, strict=True):
                 rows = list(result)
                 if rows and rows[0][0]:
@@ -284,20 +344,20 @@ class Buckets:
                     continue
                 if len(pending[bucket]) == 1:
                     # A lone conditional update answers without its key columns.
-                    stale.update((bucket, i) for i in pending.pop(bucket))
+                    missed.update((bucket, i) for i in pending.pop(bucket))
                     continue
                 current = {row[3]: (row[4], row[5]) for row in rows if len(row) > 5}
-                for message_id, check in list(pending[bucket].items()):
+                for message_id, row_params in list(pending[bucket].items()):
                     lease, acked = current.get(message_id, (None, None))
-                    if lease != check.lease or acked is not False:
-                        stale.add((bucket, message_id))
+                    if lease != row_params[-1] or acked is not False:
+                        missed.add((bucket, message_id))
                         del pending[bucket][message_id]
                 if not pending[bucket]:
                     del pending[bucket]
         # Still pending after every round: another process keeps changing the
-        # bucket. Report them stale rather than claim an ack that did not happen.
-        stale.update((b, i) for b, ids in pending.items() for i in ids)
-        return stale
+        # bucket. Report them missed rather than claim a change that did not happen.
+        missed.update((b, i) for b, ids in pending.items() for i in ids)
+        return missed
 
     def change_visibility(
         self, check: LeaseCheck, new_lease: int, visible_at: int, now: int
@@ -317,6 +377,40 @@ class Buckets:
             what="changing a message's visibility",
         ).one()
         return bool(row and row[0])
+
+    def take(
+        self, checks: Sequence[LeaseCheck], new_lease: int, visible_at: int, now: int
+    ) -> list[LeaseCheck]:
+        """Lease each unacked message whose lease is still ``check.lease``; return those taken.
+
+        One lightweight transaction per message, run concurrently: for the
+        rare moves that must not race (dead letters), where two consumers
+        would otherwise both act on the same message.
+        """
+        results = self.store.execute_many(
+            [
+                (
+                    CHANGE_VISIBILITY,
+                    (
+                        ttl_left(c.expires_at, now),
+                        new_lease,
+                        visible_at,
+                        self.queue_id,
+                        c.bucket,
+                        c.id,
+                        c.lease,
+                    ),
+                )
+                for c in checks
+            ],
+            what="taking messages",
+        )
+        taken = []
+        for c, result in zip(checks, results, strict=True):
+            row = result.one()
+            if row and row[0]:
+                taken.append(LeaseCheck(c.bucket, c.id, new_lease, c.expires_at))
+        return taken
 
     # -- reads ---------------------------------------------------------------------
 
@@ -342,9 +436,17 @@ class Buckets:
 
     def scan_candidates(self, bucket: int, now: int, limit: int) -> list[Candidate]:
         """Like ``scan_visible`` without payloads: a receive reads those only for what it keeps."""
-        rows = self.store.rows(
-            SCAN_CANDIDATES, (self.queue_id, bucket, now, limit), what="receiving messages"
-        )
+        params = (self.queue_id, bucket, now, limit)
+        traces = self._traces
+        if traces is None:
+            rows = self.store.rows(SCAN_CANDIDATES, params, what="receiving messages")
+        else:
+            with translate_errors("receiving messages (traced)"):
+                result = self.store.session.execute(
+                    self.store.prepare(SCAN_CANDIDATES), params, trace=True
+                )
+                rows = list(result)
+                traces.append((bucket, result.get_query_trace(10.0)))
         return [
             Candidate(row[0], bucket, row[1], row[2] or 0, row[3] or 0)
             for row in rows
@@ -372,7 +474,7 @@ class Buckets:
         rows = self.store.rows(
             READ_IDS, (self.queue_id, bucket, list(ids)), what="reading messages"
         )
-        return [(m, bool(row[8])) for row in rows if (m := _stored(row, bucket)) is not None]
+        return [(m, m.acked) for row in rows if (m := _stored(row, bucket)) is not None]
 
     # -- pointers ------------------------------------------------------------------
 

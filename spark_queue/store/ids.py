@@ -30,8 +30,11 @@ READ_NEXT = "SELECT next_id FROM {ks}.sequences WHERE queue_id = ?"
 
 
 @dataclass(frozen=True, slots=True)
-class IdLease:
-    """Ids ``start .. start + count - 1`` of a block requested at ``requested_at`` (monotonic)."""
+class IdBlock:
+    """Ids ``start .. start + count - 1`` of a block requested at ``requested_at`` (monotonic).
+
+    Called a block, never a lease: a lease is a delivery's token (see ``Receipt``).
+    """
 
     start: int
     count: int
@@ -77,9 +80,9 @@ class IdBlocks:
         #: Highest next_id this process has seen (a cheap tail hint for readers).
         self.high_water = 0
 
-    def take(self, count: int) -> list[IdLease]:
-        """Reserve ``count`` consecutive-per-lease ids, allocating blocks as needed."""
-        leases: list[IdLease] = []
+    def take(self, count: int) -> list[IdBlock]:
+        """Reserve ``count`` ids (consecutive within each block), allocating blocks as needed."""
+        blocks: list[IdBlock] = []
         with self._lock:
             while count > 0:
                 now = time.monotonic()
@@ -87,10 +90,10 @@ class IdBlocks:
                     self._grow_or_shrink(now)
                     self._allocate(max(self._block, min(count, self._max_block)))
                 n = min(count, self._end - self._next)
-                leases.append(IdLease(self._next, n, self._requested_at))
+                blocks.append(IdBlock(self._next, n, self._requested_at))
                 self._next += n
                 count -= n
-        return leases
+        return blocks
 
     def _grow_or_shrink(self, now: float) -> None:
         # A block used up quickly means a busy writer: fewer LWTs with bigger

@@ -1,4 +1,8 @@
-"""Progress records of idempotent sends, one per (writer, batch, part, chunk) and queue."""
+"""Progress records of idempotent sends, one per (writer, step, part, chunk) and queue.
+
+The ``batch_id`` column holds the step (a Spark micro-batch id); its name predates
+the one-word vocabulary and stays so existing tables keep working.
+"""
 
 from __future__ import annotations
 
@@ -44,11 +48,11 @@ class SendLog:
         self.queue_id = queue_id
 
     def read(
-        self, writer: str, batch: int, part: int, chunk: int
+        self, writer: str, step: int, part: int, chunk: int
     ) -> tuple[SendState, list[int], int] | None:
         """``(state, ids, written_at)`` of an earlier attempt, or None."""
         row = self.store.execute(
-            READ, (self.queue_id, writer, batch, part, chunk), what="reading the send log"
+            READ, (self.queue_id, writer, step, part, chunk), what="reading the send log"
         ).one()
         if row is None:
             return None
@@ -57,7 +61,7 @@ class SendLog:
     def write(
         self,
         writer: str,
-        batch: int,
+        step: int,
         part: int,
         chunk: int,
         state: SendState,
@@ -66,6 +70,6 @@ class SendLog:
     ) -> None:
         self.store.execute(
             WRITE,
-            (self.queue_id, writer, batch, part, chunk, state.value, _pack(ids), written_at),
+            (self.queue_id, writer, step, part, chunk, state.value, _pack(ids), written_at),
             what="recording send progress",
         )

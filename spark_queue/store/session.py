@@ -98,7 +98,15 @@ class Store:
     def ensure_schema(self) -> None:
         """Create the keyspace and tables if any is missing (idempotent, cheap when present)."""
         metadata = self.cluster.metadata.keyspaces.get(self.keyspace)
-        wanted = {"queues", "sequences", "pointers", "messages", "journal", "send_log"}
+        wanted = {
+            "queues",
+            "sequences",
+            "pointers",
+            "messages",
+            "journal",
+            "send_log",
+            "bucket_counts",
+        }
         if metadata is not None and wanted <= set(metadata.tables):
             return
         if metadata is None:

@@ -1,0 +1,87 @@
+"""What one queue handle knows of where its live buckets are: head, tail, idle buckets.
+
+The head (first bucket not dropped) and the tail (the sequence's next id) only
+move forward, so a handle keeps the highest values it has seen and re-reads
+them when a receive runs out of known buckets. Buckets found without visible
+messages are skipped for a while, so an idle backlog costs no scans.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from spark_queue.defaults import IDLE_RECHECK, TAIL_REFRESH
+from spark_queue.store.buckets import Buckets
+
+
+class Bounds:
+    """The head, tail and idle buckets of one queue, as one handle last saw them.
+
+    Args:
+        buckets: The queue's bucket store.
+    """
+
+    def __init__(self, buckets: Buckets) -> None:
+        self._buckets = buckets
+        self._lock = threading.Lock()
+        self.head = 0
+        self.tail = 0
+        self._tail_read_at = 0.0
+        self._skip_until: dict[int, int] = {}  # bucket -> wall ms until which it is skipped
+
+    def note_tail(self, tail: int) -> None:
+        with self._lock:
+            self.tail = max(self.tail, tail)
+
+    def note_head(self, head: int) -> None:
+        """Move the head forward; forget idle marks of buckets below it."""
+        with self._lock:
+            self.head = max(self.head, head)
+            self._skip_until = {b: t for b, t in self._skip_until.items() if b >= self.head}
+
+    def refresh_tail(self) -> bool:
+        """Re-read the sequence (at most every TAIL_REFRESH s); True if it moved."""
+        if time.monotonic() - self._tail_read_at < TAIL_REFRESH:
+            return False
+        before = self.tail
+        self.note_tail(self._buckets.tail())
+        self._tail_read_at = time.monotonic()
+        return self.tail > before
+
+    def refresh(self) -> None:
+        """Read head and tail afresh."""
+        head, _ = self._buckets.pointers()
+        tail = self._buckets.tail()
+        with self._lock:
+            self.head = max(self.head, head)
+            self.tail = max(self.tail, tail)
+            self._tail_read_at = time.monotonic()
+
+    def last_bucket(self) -> int:
+        """The bucket of the newest id seen (0 for an empty queue)."""
+        return self._buckets.bucket_of(max(self.tail - 1, 0))
+
+    def live_buckets(self) -> list[int]:
+        """Buckets not dropped yet, from the head to the one of the newest id (fresh read)."""
+        self.refresh()
+        return list(range(self.head, self.last_bucket() + 1)) if self.tail > 0 else []
+
+    def skipped(self, bucket: int, now: int) -> bool:
+        """True while ``bucket`` was recently found idle."""
+        return self._skip_until.get(bucket, 0) > now
+
+    def unskip(self, bucket: int) -> None:
+        """Look at ``bucket`` again on the next receive (a message may be visible there now)."""
+        with self._lock:
+            self._skip_until.pop(bucket, None)
+
+    def note_idle(self, bucket: int, now: int) -> None:
+        """Skip a fully allocated bucket without visible messages for a while."""
+        if (bucket + 1) * self._buckets.bucket_size > self.tail:
+            return  # the tail bucket: new messages may land any moment
+        until = now + int(IDLE_RECHECK * 1000)
+        for _, visible_at, _, _ in self._buckets.unacked(bucket):
+            until = min(until, visible_at)
+        with self._lock:
+            self._skip_until[bucket] = until

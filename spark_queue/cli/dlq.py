@@ -1,0 +1,73 @@
+"""``bdq dlq redrive``: move dead letters back to the queues they came from."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
+from spark_queue.client import QueueClient
+from spark_queue.config import ConnectionSettings
+
+
+@click.group(cls=CommandGroup)
+def dlq() -> None:
+    """Dead-letter queues: redrive their messages (bdq peek DLQ shows why they are there)."""
+
+
+@dlq.command()
+@click.argument("dead_letter_queue", metavar="DLQ")
+@click.option("--to", default=None, help="Send every message here.  [default: its source queue]")
+@click.option("--max", "max_messages", type=click.IntRange(1), default=None, help="Move at most N.")
+@click.option("--rate", type=float, default=None, help="Most messages moved per second.")
+@click.option(
+    "--visibility-timeout", type=float, default=30.0, show_default=True,
+    help="Seconds the messages being moved stay leased (a killed run's come back after it).",
+)  # fmt: skip
+@connection_options
+@json_option
+def redrive(
+    settings: ConnectionSettings,
+    dead_letter_queue: str,
+    to: str | None,
+    max_messages: int | None,
+    rate: float | None,
+    visibility_timeout: float,
+    as_json: bool,
+) -> None:
+    """Move the messages of DLQ back to the queue each came from (or --to), each at most once.
+
+    Payload and headers go back without the dead-letter headers, with
+    bdq-redrive-count. Killed midway, run it again (after --visibility-timeout):
+    messages already sent are only acked, not sent twice.
+    """
+    with QueueClient(settings=settings) as client:
+        queue = client.queue(dead_letter_queue)
+        total = max_messages or queue.stats().visible
+        columns = (
+            TextColumn("redriving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+        )  # fmt: skip
+        with Progress(*columns, console=Console(stderr=True), disable=as_json) as bar:
+            task = bar.add_task("redrive", total=total or None)
+            result = queue.redrive(
+                to=to,
+                max_messages=max_messages,
+                rate=rate,
+                visibility_timeout=visibility_timeout,
+                progress=lambda moved: bar.update(task, completed=moved),
+            )
+    if as_json:
+        echo_json(
+            {"moved": result.moved, "by_target": dict(result.by_target), "left": dict(result.left)}
+        )
+        return
+    table = Table(
+        "to queue", "moved", title=f"redrove {result.moved} message(s) from {dead_letter_queue!r}"
+    )
+    for name, count in sorted(result.by_target.items()):
+        table.add_row(name, str(count))
+    for reason, count in sorted(result.left.items()):
+        table.add_row(f"[yellow]left in {dead_letter_queue}: {reason}[/]", str(count))
+    Console().print(table)

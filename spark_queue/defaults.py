@@ -1,0 +1,48 @@
+"""Every default and limit of the queue engine, documented once.
+
+Settings, the client, the CLI, the Spark options and the jobs read their
+defaults from here, so a change is made in one place.
+"""
+
+from __future__ import annotations
+
+# -- queue settings (QueueSettings, create_queue, 'bdq queue create') ----------------------
+
+#: Ids per bucket (one Cassandra partition).
+BUCKET_SIZE = 1000
+#: Seconds a received message stays invisible to other receivers.
+VISIBILITY_TIMEOUT = 30.0
+#: BlueDove's K: a receive picks among the oldest K visible messages per message asked for.
+ORDER_HINT = 1
+#: Largest order hint accepted.
+MAX_ORDER_HINT = 1000
+#: Seconds a message lives unacked before it expires (7 days).
+MESSAGE_TTL = 7 * 86400
+#: Largest payload accepted by default, in bytes (256 KiB).
+MAX_MESSAGE_BYTES = 256 * 1024
+#: Seconds a bucket stays open for delayed writes after its last id was handed out.
+SEAL_DELAY = 5.0
+
+#: Largest bucket size accepted.
+MAX_BUCKET_SIZE = 100_000
+#: Longest message TTL accepted: Cassandra's limit, 20 years in seconds.
+MAX_TTL = 630_720_000
+#: Largest max_message_bytes a queue may be created with (16 MiB).
+MAX_MESSAGE_BYTES_LIMIT = 16 * 1024 * 1024
+
+# -- engine limits --------------------------------------------------------------------------
+
+#: Most messages one receive, peek or batch send may handle.
+MAX_BATCH = 10_000
+#: Seconds between two maintenance passes (seal, drop) of one queue handle.
+MAINTENANCE_INTERVAL = 1.0
+#: Seconds a bucket found without visible messages is skipped by this handle.
+IDLE_RECHECK = 1.0
+#: Seconds between two reads of the id sequence when receives come up short.
+TAIL_REFRESH = 0.05
+#: Most buckets dropped by one maintenance pass.
+DROP_PER_PASS = 64
+#: Most buckets one count (``stats()``) scans when a queue has more live buckets than this.
+COUNT_BUDGET = 16
+#: Seconds a handle uses a queue's settings before reading them again (``update_queue``).
+SETTINGS_REFRESH = 2.0

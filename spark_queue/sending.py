@@ -1,0 +1,311 @@
+"""Sending: checked batches, id blocks, repair of late writes, and send-once.
+
+* **Checked batches.** Every message of a batch is checked (payload type and
+  size, headers, delay) before anything is written: one bad message rejects
+  the batch with nothing sent.
+* **Ids.** Ids come from blocks of the queue's monotonic sequence
+  (``store/ids.py``); a message goes into bucket ``id // bucket_size`` with
+  ``visible_at`` = now + delay.
+* **Repair.** A send that completes more than ``seal_delay`` after its ids
+  were reserved reads the seal pointer; if its bucket was sealed in the
+  meantime, it sends the message again under a new id. Because the sealer
+  scans a bucket only after sealing it, either the sealer sees the late
+  message (and keeps the bucket) or the writer sees the seal (and sends
+  again): a message is never lost. Ids reserved and never written leave
+  gaps that nobody waits for.
+* **Send-once.** ``send_once`` writes messages invisible under ids recorded
+  in the send log, then releases them; a repeat of the same key finishes
+  what an earlier attempt started (states RESERVED -> WRITTEN -> DONE) and
+  a repeat after DONE changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from spark_queue import metrics
+from spark_queue.bounds import Bounds
+from spark_queue.config import QueueSettings, check_seconds
+from spark_queue.defaults import MAX_BATCH
+from spark_queue.errors import InvalidMessage, MessageTooLarge, SparkQueueError
+from spark_queue.store.buckets import Buckets, LeaseWrite, NewMessage, now_ms
+from spark_queue.store.ids import IdBlocks
+from spark_queue.store.send_log import SendLog, SendState
+from spark_queue.store.session import Store
+
+log = logging.getLogger(__name__)
+
+Payload = bytes | bytearray | memoryview | str
+Headers = Mapping[str, str] | Sequence[Mapping[str, str] | None] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One checked message, ready to write."""
+
+    payload: bytes
+    headers: Mapping[str, str]
+    delay_ms: int
+
+
+class Sender:
+    """Writes the messages of one queue handle; safe to share between threads.
+
+    Args:
+        store: The Cassandra session.
+        buckets: The queue's bucket store.
+        bounds: The handle's view of head and tail (sends move the tail).
+        name: The queue's name (for messages).
+        settings: Returns the queue's current settings (they may change: see
+            ``settings_change``); ``bucket_size`` and ``seal_delay`` never do.
+        check_alive: Raises when the handle must not write any more.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        buckets: Buckets,
+        bounds: Bounds,
+        name: str,
+        settings: Callable[[], QueueSettings],
+        check_alive: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._buckets = buckets
+        self._bounds = bounds
+        self._name = name
+        self._settings = settings
+        self._check_alive = check_alive
+        self.ids = IdBlocks(
+            store,
+            buckets.queue_id,
+            name,
+            lifetime=settings().seal_delay / 2,
+            bucket_size=settings().bucket_size,
+        )
+
+    @property
+    def queue_id(self) -> uuid.UUID:
+        return self._buckets.queue_id
+
+    # -- checks --------------------------------------------------------------------
+
+    def check_batch(
+        self,
+        payloads: Sequence[Payload],
+        headers: Headers,
+        delay: float | Sequence[float],
+    ) -> list[Outgoing]:
+        """Check every message of a batch before anything is written."""
+        if isinstance(payloads, str | bytes | bytearray | memoryview):
+            raise InvalidMessage(
+                f"payloads {payloads[:40]!r}: send_batch takes a list of payloads; use send()"
+                " for one"
+            )
+        count = len(payloads)
+        if not 1 <= count <= MAX_BATCH:
+            raise InvalidMessage(f"payloads: {count} messages; a batch holds 1 to {MAX_BATCH}")
+        header_list = _per_message("headers", headers, count)
+        delay_list = _per_message("delay", delay, count)
+        return [
+            Outgoing(
+                self._payload_bytes(p, i, count),
+                _check_headers(h, i, count),
+                self._delay_ms(d, i, count),
+            )
+            for i, (p, h, d) in enumerate(zip(payloads, header_list, delay_list, strict=True))
+        ]
+
+    def _payload_bytes(self, payload: object, index: int, count: int) -> bytes:
+        where = f" (message {index + 1} of {count})" if count > 1 else ""
+        if isinstance(payload, str):
+            data = payload.encode("utf-8")
+        elif isinstance(payload, bytes | bytearray | memoryview):
+            data = bytes(payload)
+        else:
+            raise InvalidMessage(
+                f"payload {payload!r}{where}: must be bytes or str, not {type(payload).__name__}"
+            )
+        if len(data) > self._settings().max_message_bytes:
+            raise MessageTooLarge(
+                f"payload of {len(data)} bytes{where}: over queue {self._name!r}'s"
+                f" max_message_bytes of {self._settings().max_message_bytes}"
+            )
+        return data
+
+    def _delay_ms(self, delay: object, index: int, count: int) -> int:
+        seconds = check_seconds("delay", delay, allow_zero=True)
+        if seconds >= self._settings().message_ttl:
+            where = f" (message {index + 1} of {count})" if count > 1 else ""
+            raise InvalidMessage(
+                f"delay {delay!r}{where}: must be shorter than queue {self._name!r}'s"
+                f" message_ttl of {self._settings().message_ttl} s"
+            )
+        return int(seconds * 1000)
+
+    # -- writes --------------------------------------------------------------------
+
+    def reserve(self, count: int) -> list[tuple[int, float]]:
+        """``count`` fresh ids, each with the monotonic time its id block was requested."""
+        return [(i, block.requested_at) for block in self.ids.take(count) for i in block.ids]
+
+    def write(
+        self,
+        outgoing: Sequence[Outgoing],
+        *,
+        ids: Sequence[tuple[int, float]] | None = None,
+        pending: bool = False,
+        now: int | None = None,
+    ) -> list[int]:
+        """Write messages; return the ids they ended up under.
+
+        Args:
+            outgoing: Checked messages.
+            ids: ``(id, requested_at)`` reserved earlier; fresh ids by default.
+            pending: Keep the messages invisible until ``release`` (send-once).
+            now: Their enqueue time in ms (kept across a retry of the same send).
+        """
+        self._check_alive()
+        if ids is None:
+            ids = self.reserve(len(outgoing))
+        now = now_ms() if now is None else now
+        expires_at = now + self._settings().message_ttl * 1000
+        messages = [
+            NewMessage(
+                id=message_id,
+                payload=o.payload,
+                headers=o.headers,
+                enqueued_at=now,
+                visible_at=expires_at if pending else now + o.delay_ms,
+                expires_at=expires_at,
+            )
+            for (message_id, _), o in zip(ids, outgoing, strict=True)
+        ]
+        self._buckets.insert(messages, now_ms())
+        self._bounds.note_tail(self.ids.high_water)
+        done = time.monotonic()
+        result = [message_id for message_id, _ in ids]
+        late = [
+            n
+            for n, (_, requested_at) in enumerate(ids)
+            if done - requested_at >= self._settings().seal_delay
+        ]
+        if late:
+            self._repair(late, result, outgoing, pending=pending, now=now)
+        return result
+
+    def _repair(
+        self,
+        late: list[int],
+        ids: list[int],
+        outgoing: Sequence[Outgoing],
+        *,
+        pending: bool,
+        now: int,
+    ) -> None:
+        """Send again (in place in ``ids``) the late writes whose bucket was sealed meanwhile.
+
+        The write took longer than the seal delay: its bucket may have been
+        sealed and scanned before the message landed, so it may never be read.
+        """
+        _, sealed_upto = self._buckets.pointers(serial=True)
+        again = [n for n in late if self._buckets.bucket_of(ids[n]) < sealed_upto]
+        if not again:
+            return
+        log.warning(
+            "queue %r: %d delayed write(s) landed in sealed buckets; sending them again",
+            self._name,
+            len(again),
+        )
+        if pending:
+            # Nobody saw these invisible copies: ack them so their bucket can go.
+            expires_at = now + self._settings().message_ttl * 1000
+            self._buckets.mark_acked(
+                [(self._buckets.bucket_of(ids[n]), ids[n], expires_at) for n in again], now_ms()
+            )
+        new_ids = self.write([outgoing[n] for n in again], pending=pending, now=now)
+        for n, new_id in zip(again, new_ids, strict=True):
+            ids[n] = new_id
+
+    # -- send-once -----------------------------------------------------------------
+
+    def send_once(
+        self, writer: str, step: int, part: int, chunk: int, outgoing: Sequence[Outgoing]
+    ) -> list[int]:
+        """Send checked messages once per ``(writer, step, part, chunk)`` (see module doc)."""
+        send_log = SendLog(self._store, self.queue_id)
+        key = (writer, step, part, chunk)
+        record = send_log.read(*key)
+        if record is None:
+            now = now_ms()
+            reserved = self.reserve(len(outgoing))
+            state = SendState.RESERVED
+            send_log.write(*key, state, [i for i, _ in reserved], now)
+        else:
+            state, previous, now = record
+            if len(previous) != len(outgoing):
+                raise SparkQueueError(
+                    f"send of writer {writer!r}, step {step}, part {part}, chunk {chunk} to queue"
+                    f" {self._name!r}:"
+                    f" {len(outgoing)} messages now, {len(previous)} when first sent; a repeated"
+                    " send must carry the same messages (is the input deterministic?)"
+                )
+            reserved = [(i, float("-inf")) for i in previous]  # reserved long ago: always check
+        ids = [i for i, _ in reserved]
+        if state is SendState.RESERVED:
+            ids = self.write(outgoing, ids=reserved, pending=True, now=now)
+            send_log.write(*key, SendState.WRITTEN, ids, now)
+        if state is not SendState.DONE:
+            # Written by an earlier attempt: it may have released them already.
+            self.release(ids, outgoing, now, retry=state is SendState.WRITTEN)
+            send_log.write(*key, SendState.DONE, ids, now)
+            metrics.SENT.labels(queue=self._name).inc(len(ids))
+        return ids
+
+    def release(
+        self, ids: Sequence[int], outgoing: Sequence[Outgoing], written_at: int, *, retry: bool
+    ) -> None:
+        """Make pending messages visible (after their delay), as fresh, never-delivered ones.
+
+        A retry releases only what is still pending (no lease, not acked): a
+        consumer may hold a message the first attempt released, and resetting
+        its lease would fail that consumer's ack and deliver it twice.
+        """
+        now = now_ms()
+        expires_at = written_at + self._settings().message_ttl * 1000
+        writes = [
+            LeaseWrite(self._buckets.bucket_of(i), i, 0, now + o.delay_ms, 0, expires_at)
+            for i, o in zip(ids, outgoing, strict=True)
+        ]
+        if retry:
+            self._buckets.release_pending(writes, now)
+        else:  # nobody can see them yet: one plain batch per bucket
+            self._buckets.write_leases(writes, now)
+
+
+def _per_message(name: str, value: object, count: int) -> list[object]:
+    """Expand one value (or check one per message) for a batch."""
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        if len(value) != count:
+            raise InvalidMessage(
+                f"{name}: {len(value)} values for {count} payloads;"
+                " give one value or one per payload"
+            )
+        return list(value)
+    return [value] * count
+
+
+def _check_headers(headers: object, index: int, count: int) -> Mapping[str, str]:
+    if headers is None:
+        return {}
+    where = f" (message {index + 1} of {count})" if count > 1 else ""
+    if not isinstance(headers, Mapping):
+        raise InvalidMessage(f"headers {headers!r}{where}: must be a mapping of str to str")
+    for key, value in headers.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidMessage(f"header {key!r}: {value!r}{where}: keys and values must be str")
+    return dict(headers)

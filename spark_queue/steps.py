@@ -1,0 +1,94 @@
+"""Replayable consumer steps: what the Spark source calls for each micro-batch.
+
+A step is one unit of a replayable consumer (a Spark micro-batch of one
+streaming query), split into parts (its partitions). The first receive of a
+``(consumer, step, part)`` leases messages as ``receive`` does and records
+the deliveries (ids, leases, delivery counts) in the journal before
+returning them; a repeat returns the same deliveries with the same receipts.
+Acking a step acks everything its parts received, then forgets the step.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+
+from spark_queue.message import Delivery, Receipt
+from spark_queue.receiving import delivery_of
+from spark_queue.store.buckets import Buckets, LeaseCheck, LeaseWrite, now_ms
+from spark_queue.store.journal import Journal, JournalEntry
+from spark_queue.store.session import Store
+
+log = logging.getLogger(__name__)
+
+Receive = Callable[[], list[Delivery]]
+
+
+class Steps:
+    """The steps of replayable consumers on one queue.
+
+    Args:
+        store: The Cassandra session (the journal lives there).
+        buckets: The queue's bucket store.
+        name: The queue's name (for logs).
+    """
+
+    def __init__(self, store: Store, buckets: Buckets, name: str) -> None:
+        self._buckets = buckets
+        self._name = name
+        self._journal = Journal(store, buckets.queue_id)
+
+    @property
+    def queue_id(self) -> uuid.UUID:
+        return self._buckets.queue_id
+
+    def receive(self, consumer: str, step: int, part: int, receive: Receive) -> list[Delivery]:
+        """The deliveries of ``(consumer, step, part)``: recorded ones, else ``receive()``'s."""
+        recorded = self._journal.recorded(consumer, step, part)
+        if recorded is not None:
+            return self._redeliver(recorded)
+        deliveries = receive()
+        self._journal.record(
+            consumer,
+            step,
+            part,
+            [
+                JournalEntry(d.bucket, d.id, r.lease, r.expires_at_ms, d.delivery_count)
+                for d in deliveries
+                for r in [Receipt.decode(d.receipt)]
+            ],
+        )
+        return deliveries
+
+    def ack(self, consumer: str, step: int) -> tuple[int, int]:
+        """Ack everything a step received, then forget it; ``(acked, stale)``."""
+        entries = self._journal.step_entries(consumer, step)
+        if not entries:
+            return 0, 0  # nothing recorded, or acked already: no tombstone to write
+        stale = self._buckets.ack(
+            [LeaseCheck(e.bucket, e.id, e.lease, e.expires_at) for e in entries], now_ms()
+        )
+        self._journal.forget(consumer, step)
+        return len(entries) - len(stale), len(stale)
+
+    def _redeliver(self, entries: Sequence[JournalEntry]) -> list[Delivery]:
+        by_bucket: dict[int, list[int]] = {}
+        for e in entries:
+            by_bucket.setdefault(e.bucket, []).append(e.id)
+        stored = {
+            (m.bucket, m.id): m
+            for bucket, ids in by_bucket.items()
+            for m, _ in self._buckets.read(bucket, ids)
+        }
+        deliveries = []
+        for e in entries:
+            m = stored.get((e.bucket, e.id))
+            if m is None:
+                log.warning("queue %r: replayed message %d is gone (expired?)", self._name, e.id)
+                continue
+            write = LeaseWrite(
+                e.bucket, e.id, e.lease, m.visible_at, e.delivery_count, e.expires_at
+            )
+            deliveries.append(delivery_of(self.queue_id, m, write))
+        return deliveries

@@ -1,0 +1,52 @@
+"""Claims and the order hint's pick: pure bookkeeping, no Cassandra."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from spark_queue.claims import PRUNE_EVERY, Claims, pick_oldest
+
+
+@dataclass(frozen=True)
+class Row:
+    bucket: int
+    id: int
+
+
+ROWS = [Row(i // 10, i) for i in range(40)]
+
+
+def test_order_hint_one_picks_the_oldest_in_id_order() -> None:
+    assert pick_oldest(ROWS, 5, 1, random.Random(1)) == ROWS[:5]
+
+
+def test_larger_order_hint_picks_among_the_oldest_k_times_n() -> None:
+    picked = pick_oldest(ROWS, 5, 3, random.Random(2))
+
+    assert len(picked) == 5
+    assert all(r.id < 15 for r in picked)
+    assert [r.id for r in picked] == sorted(r.id for r in picked)
+
+
+def test_sibling_threads_never_pick_a_claimed_message_until_its_lease_ends() -> None:
+    claims = Claims(random.Random(3))
+
+    first = claims.pick(ROWS, 10, 1, hold=30.0, clock=100.0)
+    second = claims.pick(ROWS, 10, 1, hold=30.0, clock=101.0)
+    after_lease = claims.pick(ROWS, 10, 1, hold=30.0, clock=131.0)
+
+    assert first == ROWS[:10]
+    assert second == ROWS[10:20]
+    assert after_lease == ROWS[:10]  # the first lease ran out unacked: free again
+
+
+def test_dropped_claims_are_free_at_once_and_expired_ones_are_pruned() -> None:
+    claims = Claims()
+    claims.pick(ROWS, 10, 1, hold=30.0, clock=0.0)
+    claims.drop((r.bucket, r.id) for r in ROWS[:4])
+
+    assert claims.pick(ROWS, 4, 1, hold=1.0, clock=0.5) == ROWS[:4]
+    assert len(claims) == 10
+    claims.pick([], 1, 1, hold=1.0, clock=PRUNE_EVERY + 40.0)  # everything ran out
+    assert len(claims) == 0
