@@ -37,6 +37,12 @@ JMX_PORT = 7290
 KEYSPACE = "bdq_faults"
 
 
+def _console() -> Console:
+    """Stdout console; 160 columns when it is not a terminal (the table has 12 of them)."""
+    console = Console(soft_wrap=True)
+    return console if console.is_terminal else Console(soft_wrap=True, width=160)
+
+
 def _cluster(home: Path) -> LocalCluster:
     """The bench's three local nodes, seeded with the default home's resolved classpath."""
     lib = default_home() / "lib"
@@ -147,7 +153,7 @@ def faults(
         table = Table(*HEADERS, title=f"bdq bench faults (seed {params.seed})")
         for level in result.levels:
             table.add_row(*level_row(level))
-        Console(soft_wrap=True).print(table)
+        _console().print(table)
     if result.lost:
         raise click.ClickException(f"{result.lost} messages lost: a defect, please report it")
 
@@ -172,7 +178,7 @@ def _pipeline(
         for i, k in enumerate(result.kills, 1):
             state = k.landed if k.killed else f"{k.landed} (ended by itself: {k.exit_code})"
             table.add_row(str(i), k.phase, f"{k.settle:.2f}s", state, f"{k.seconds:.1f}s")
-        Console(soft_wrap=True).print(table)
+        _console().print(table)
         click.echo(
             f"seed {result.seed}: {result.messages} sent, {result.delivered} delivered,"
             f" {result.duplicates} duplicates, {result.missing} missing, {result.corrupt}"
