@@ -114,7 +114,9 @@ def faults(
             {}, hosts=hosts, keyspace=KEYSPACE, replication_factor=3
         )
     else:
-        settings = ConnectionSettings.from_env(keyspace=KEYSPACE, replication_factor=3)
+        given = ConnectionSettings.from_env(keyspace=KEYSPACE)
+        # RF 3 as in the paper, or as many replicas as contact points when fewer
+        settings = dataclasses.replace(given, replication_factor=min(3, len(given.hosts)))
         if "node" in names:
             echo_progress("BDQ_CASSANDRA_HOSTS is set: skipping the node fault (no nodes to kill)")
             names.remove("node")
