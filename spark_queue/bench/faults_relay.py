@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--visibility-timeout", default="120s")
     parser.add_argument("--consistency", default=None, help="consistency of reads and writes")
+    parser.add_argument("--restarts", type=int, default=3, help="query restarts after a failure")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -84,10 +86,19 @@ def main(argv: list[str] | None = None) -> int:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
-    query = writer.start()
-    print("relay started", flush=True)
-    query.awaitTermination()
-    return 0
+    for attempt in range(args.restarts + 1):
+        query = writer.start()
+        print("relay started", flush=True)
+        try:
+            query.awaitTermination()
+            return 0
+        except StreamingQueryException as e:
+            # e.g. a Python worker that did not connect back within Spark's 10 s on a
+            # busy host: start the query again from its checkpoint, in this JVM
+            if attempt == args.restarts:
+                raise
+            print(f"query failed, restarting it from its checkpoint: {e}", flush=True)
+    return 1
 
 
 if __name__ == "__main__":
