@@ -27,6 +27,7 @@ from spark_queue.errors import (
     StaleReceipt,
 )
 from spark_queue.message import Delivery, Message, QueueStats
+from spark_queue.producer import Producer
 from spark_queue.queue import Queue
 
 __version__ = "0.1.0"
@@ -40,6 +41,7 @@ __all__ = [
     "LocalNodeError",
     "Message",
     "MessageTooLarge",
+    "Producer",
     "Queue",
     "QueueClient",
     "QueueExists",

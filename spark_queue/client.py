@@ -98,9 +98,24 @@ class QueueClient:
         self.close()
 
     def close(self) -> None:
-        """Release the connection (if this client opened it)."""
+        """Send what ``send_async`` still holds, then release the connection (if opened here).
+
+        Raises:
+            SparkQueueError: A message of ``send_async`` failed since the last flush
+                (every handle is flushed and the connection released all the same).
+        """
+        with self._lock:
+            handles = list(self._handles.values())
+        failure: SparkQueueError | None = None
+        for handle in handles:
+            try:
+                handle.flush()
+            except SparkQueueError as e:
+                failure = failure or e
         if self._owns_store:
             self._store.close()
+        if failure is not None:
+            raise failure
 
     # -- queues ----------------------------------------------------------------
 

@@ -31,6 +31,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
 
 from spark_queue.bounds import Bounds
 from spark_queue.config import QueueSettings, check_int, check_seconds
@@ -41,6 +43,7 @@ from spark_queue.errors import InvalidMessage, QueueNotFound, SparkQueueError, S
 from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Message, QueueStats, Receipt, new_lease
 from spark_queue.metrics import QueueCounters
+from spark_queue.producer import Producer
 from spark_queue.receiving import Receiver, as_datetime
 from spark_queue.redrive import RedriveResult, redrive
 from spark_queue.sending import Headers, Payload, Sender
@@ -92,6 +95,8 @@ class Queue:
         self._steps = Steps(store, self.buckets, name)
         self._counter = QueueCounter(store, queue_id, settings.bucket_size)
         self._counts = QueueCounters.of(name)  # this process's Prometheus counters
+        self._producer_lock = threading.Lock()
+        self._producer: Producer | None = None  # send_async's, made on first use
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, queue_id={self.queue_id})"
@@ -143,6 +148,56 @@ class Queue:
             delay: Seconds before the message becomes visible.
         """
         return self.send_batch([payload], headers=headers, delay=delay)[0]
+
+    def send_async(
+        self, payload: Payload, headers: Mapping[str, str] | None = None, delay: float = 0.0
+    ) -> Future[int]:
+        """Send one message in the background; return a future of its id.
+
+        The message is checked now (bad input raises here and nothing is
+        queued), then written in a batch with others by this handle's
+        producer (default settings; ``producer()`` makes one with others).
+        The future resolves once the message is durable, or fails with a
+        SparkQueueError. ``flush()`` waits for every message sent so far;
+        ``QueueClient.close()`` flushes too.
+
+        Args:
+            payload: bytes, or str (sent UTF-8 encoded).
+            headers: String key/value pairs kept with the message.
+            delay: Seconds before the message becomes visible.
+
+        Raises:
+            InvalidMessage: The message breaks a rule (nothing is queued).
+            BackendUnavailable: The producer stayed full for its ``max_block``.
+        """
+        with self._producer_lock:
+            producer = self._producer
+            if producer is None:
+                producer = self._producer = self.producer()
+        return producer.send(payload, headers, delay)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message of ``send_async`` so far is durable (see ``Producer.flush``).
+
+        Raises:
+            SparkQueueError: A message failed since the last flush, or ``timeout`` passed.
+        """
+        with self._producer_lock:
+            producer = self._producer
+        if producer is not None:
+            producer.flush(timeout)
+
+    def producer(self, **settings: Any) -> Producer:
+        """A producer of its own for this queue: single sends batched in the background.
+
+        Args:
+            **settings: ``linger``, ``batch_size``, ``max_requests``,
+                ``max_bytes_in_flight``, ``max_block`` (see ``Producer``).
+
+        Raises:
+            InvalidSetting: A setting breaks its rule.
+        """
+        return Producer(self._sending, self.buckets, self.name, **settings)
 
     def send_batch(
         self,

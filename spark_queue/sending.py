@@ -173,8 +173,27 @@ class Sender:
         if ids is None:
             ids = self.reserve(len(outgoing))
         now = now_ms() if now is None else now
+        self._buckets.insert(self.new_messages(outgoing, ids, now, pending=pending), now_ms())
+        return self.landed(outgoing, ids, pending=pending, now=now)
+
+    def check_one(
+        self, payload: Payload, headers: Mapping[str, str] | None, delay: float
+    ) -> Outgoing:
+        """Check one message, and that the handle may still write (the producer's call)."""
+        self._check_alive()
+        return self.check_batch([payload], headers, delay)[0]
+
+    def new_messages(
+        self,
+        outgoing: Sequence[Outgoing],
+        ids: Sequence[tuple[int, float]],
+        now: int,
+        *,
+        pending: bool = False,
+    ) -> list[NewMessage]:
+        """The rows to write for checked messages under reserved ids, enqueued at ``now`` (ms)."""
         expires_at = now + self._settings().message_ttl * 1000
-        messages = [
+        return [
             NewMessage(
                 id=message_id,
                 payload=o.payload,
@@ -185,7 +204,20 @@ class Sender:
             )
             for (message_id, _), o in zip(ids, outgoing, strict=True)
         ]
-        self._buckets.insert(messages, now_ms())
+
+    def landed(
+        self,
+        outgoing: Sequence[Outgoing],
+        ids: Sequence[tuple[int, float]],
+        *,
+        pending: bool = False,
+        now: int,
+    ) -> list[int]:
+        """After a write of ``outgoing`` under ``ids`` landed: repair it if late; return final ids.
+
+        Whoever wrote the messages (``write``, or the producer's asynchronous
+        batches) calls this once Cassandra acknowledged them.
+        """
         self._bounds.note_tail(self.ids.high_water)
         done = time.monotonic()
         result = [message_id for message_id, _ in ids]

@@ -76,3 +76,37 @@ def test_errors_exit_1_with_the_rule_on_stderr(
     assert code == 1
     assert message in err
     assert "Traceback" not in err + out
+
+
+def test_send_dash_streams_stdin_lines_through_the_producer(keyspace: ConnectionSettings) -> None:
+    bdq(keyspace, "queue", "create", "lines", "--bucket-size", "100")
+    lines = [f"line {n}" for n in range(1200)]
+
+    code, out, _ = bdq(
+        keyspace, "send", "lines", "-", "-H", "k=v", "--json", stdin="\n".join(lines)
+    )
+
+    assert code == 0
+    ids = json.loads(out)["ids"]
+    assert len(set(ids)) == 1200 and ids == sorted(ids)  # one id per line, in line order
+    with QueueClient(settings=keyspace) as client:
+        queue = client.queue("lines")
+        received = []
+        while deliveries := queue.receive(500):
+            received += [(d.id, d.payload.decode(), d.headers) for d in deliveries]
+            queue.ack_batch([d.receipt for d in deliveries])
+    assert sorted(received) == [(i, line, {"k": "v"}) for i, line in zip(ids, lines, strict=True)]
+
+
+def test_send_dash_stops_at_a_bad_line_and_keeps_the_lines_before_it(
+    keyspace: ConnectionSettings,
+) -> None:
+    bdq(keyspace, "queue", "create", "small", "--max-message-bytes", "10")
+
+    code, _, err = bdq(keyspace, "send", "small", "-", stdin="one\ntwo\n" + "x" * 11 + "\nfour\n")
+
+    assert code == 1
+    assert "line 3 of stdin: payload of 11 bytes: over queue 'small'" in err
+    assert "the 2 line(s) before it were sent" in err
+    with QueueClient(settings=keyspace) as client:
+        assert [m.payload for m in client.queue("small").peek(10)] == [b"one", b"two"]

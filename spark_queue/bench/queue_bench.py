@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -72,6 +73,8 @@ class QueueBenchParams:
         visibility_timeout: Seconds a received message stays invisible.
         receive_delay: Seconds of "processing" per received message [δrecv].
         send_batch: Messages per send operation (1: ``send``; more: ``send_batch``).
+        async_send: Send single messages with ``send_async`` (the handle's
+            producer batches them) and wait for every future at the end.
         receive_batch: ``max_messages`` of each receive.
         bucket_size: Ids per bucket of the queues.
         seed: Seed of the random payloads (chosen at random when not given).
@@ -88,6 +91,7 @@ class QueueBenchParams:
     visibility_timeout: float = defaults.VISIBILITY_TIMEOUT
     receive_delay: float = 0.0
     send_batch: int = 1
+    async_send: bool = False
     receive_batch: int = 10
     bucket_size: int = defaults.BUCKET_SIZE
     seed: int = field(default_factory=lambda: random.randrange(2**32))
@@ -108,6 +112,11 @@ class QueueBenchParams:
         check_int("bucket_size", self.bucket_size, 1, 100_000)
         check_int("seed", self.seed, 0, 2**63 - 1)
         check_int("baseline_concurrency", self.baseline_concurrency, 1, 4096)
+        if self.async_send and self.send_batch != 1:
+            raise InvalidSetting(
+                f"send_batch {self.send_batch}: async_send sends single messages (its producer"
+                " batches them); drop one of the two"
+            )
         if self.messages < self.queues * self.send_threads:
             raise InvalidSetting(
                 f"messages {self.messages}: fewer than the {self.queues * self.send_threads}"
@@ -261,6 +270,7 @@ def run_queue_bench(
     visibility_timeout: float = defaults.VISIBILITY_TIMEOUT,
     receive_delay: float = 0.0,
     send_batch: int = 1,
+    async_send: bool = False,
     receive_batch: int = 10,
     bucket_size: int = defaults.BUCKET_SIZE,
     seed: int | None = None,
@@ -288,6 +298,7 @@ def run_queue_bench(
         visibility_timeout=visibility_timeout,
         receive_delay=receive_delay,
         send_batch=send_batch,
+        async_send=async_send,
         receive_batch=receive_batch,
         bucket_size=bucket_size,
         baseline=baseline,
@@ -391,6 +402,19 @@ class _Errors:
                 if over:
                     raise
                 time.sleep(0.1)
+
+    def note(self, error: BaseException) -> None:
+        """Count a BackendUnavailable that surfaced elsewhere (a future); re-raise past the limit.
+
+        Any other error is re-raised at once, as ``retry`` lets it through.
+        """
+        if not isinstance(error, BackendUnavailable):
+            raise error
+        with self._lock:
+            self.count += 1
+            over = self.count > MAX_ERRORS
+        if over:
+            raise error
 
 
 class _Tally:
@@ -546,11 +570,37 @@ def _send_phase(
             op_times.append(time.perf_counter() - began)
             sent[n] += len(chunk)
 
+    def send_async(n: int) -> None:
+        # Every message through the handle's producer, shared by the sender
+        # threads; the phase ends once every future resolved (every message durable).
+        s, op_times = senders[n], times[n]
+        queue = handles[s.queue_index]
+        futures = []
+        for payload in s.payloads:
+            began = time.perf_counter()
+            future = errors.retry(functools.partial(queue.send_async, payload))
+            future.add_done_callback(functools.partial(_note_done, op_times, began))
+            futures.append((payload, future))
+            sent[n] += 1
+        for payload, future in futures:
+            error = future.exception()
+            if error is not None:  # counted as send's are, then sent again synchronously
+                errors.note(error)
+                errors.retry(functools.partial(queue.send, payload))
+
     seconds = _run_threads(
-        [functools.partial(send, n) for n in range(len(senders))],
+        [
+            functools.partial(send_async if params.async_send else send, n)
+            for n in range(len(senders))
+        ],
         lambda: progress(f"sending: {sum(sent)}/{params.messages} messages"),
     )
     return _SendPhase(seconds, [t for ts in times for t in ts], errors.count)
+
+
+def _note_done(op_times: list[float], began: float, _future: Future[int]) -> None:
+    """A send_async's response time: from the call until its message was durable."""
+    op_times.append(time.perf_counter() - began)
 
 
 # -- receive phase -----------------------------------------------------------------------

@@ -161,6 +161,11 @@ def bench() -> None:
     help="Messages per send operation (more than 1: send_batch).",
 )
 @click.option(
+    "--async-send",
+    is_flag=True,
+    help="Send the single messages with send_async: a producer batches them behind the scenes.",
+)
+@click.option(
     "--receive-batch",
     type=click.IntRange(1, 10_000),
     default=10,
@@ -372,7 +377,8 @@ def _title(result: QueueBenchResult) -> str:
     return (
         f"bdq bench queue: M={p.messages} L={p.payload_bytes} Q={p.queues}"
         f" Tsend={p.send_threads} Trecv={p.recv_threads} K={p.order_hint}"
-        f" send batch {p.send_batch}, receive batch {p.receive_batch},"
+        f" send {'async (producer)' if p.async_send else f'batch {p.send_batch}'},"
+        f" receive batch {p.receive_batch},"
         f" visibility {p.visibility_timeout:g}s, receive delay {p.receive_delay:g}s, seed {p.seed}"
         + (
             f"; raw baseline: prepared INSERTs, {p.baseline_concurrency} in flight"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import asdict
 from typing import Any
 
@@ -19,8 +20,9 @@ from spark_queue.cli.options import CommandGroup, connection_options, echo_json,
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
-from spark_queue.errors import InvalidSetting
+from spark_queue.errors import InvalidMessage, InvalidSetting
 from spark_queue.message import Delivery, Message, QueueStats
+from spark_queue.queue import Queue
 from spark_queue.redrive import DEAD_LETTER_HEADERS
 
 _console = Console()
@@ -250,18 +252,26 @@ def send(
     delay: float,
     as_json: bool,
 ) -> None:
-    """Send MESSAGE(s) to QUEUE; '-' reads one message per line from stdin."""
-    bodies = (
-        [line.rstrip("\n") for line in sys.stdin] if list(messages) == ["-"] else list(messages)
-    )
-    if not bodies:
-        raise InvalidSetting("messages: give at least one MESSAGE, or '-' to read lines from stdin")
+    """Send MESSAGE(s) to QUEUE; '-' reads one message per line from stdin.
+
+    With '-' each line is sent as it arrives, through a producer that batches
+    them; the ids are printed once every line is durable. A line that breaks
+    a rule stops the command; the lines before it are sent.
+    """
     header_map = _parse_headers(headers)
+    stdin = list(messages) == ["-"]
+    if not messages:
+        raise InvalidSetting("messages: give at least one MESSAGE, or '-' to read lines from stdin")
     with QueueClient(settings=settings) as client:
         q = client.queue(queue_name)
-        ids: list[int] = []
-        for start in range(0, len(bodies), 1000):
-            ids += q.send_batch(bodies[start : start + 1000], headers=header_map, delay=delay)
+        if stdin:
+            ids = _send_lines(q, sys.stdin, header_map, delay)
+        else:
+            ids = []
+            for start in range(0, len(messages), 1000):
+                ids += q.send_batch(messages[start : start + 1000], headers=header_map, delay=delay)
+    if not ids:
+        raise InvalidSetting("messages: stdin was empty; give at least one line")
     if as_json:
         echo_json({"queue": queue_name, "ids": ids})
     else:
@@ -330,6 +340,23 @@ def dead_letter_reason(headers: Mapping[str, str]) -> str:
         f"delivered {headers.get(HEADER_DELIVERIES, '?')} times from {source!r} without an ack"
         f" (was message {headers.get(HEADER_ORIGINAL_ID, '?')})"
     )
+
+
+def _send_lines(
+    queue: Queue, lines: Iterable[str], headers: dict[str, str], delay: float
+) -> list[int]:
+    """Send each line as a message through a producer; return the ids in line order."""
+    futures: list[Future[int]] = []
+    with queue.producer() as producer:
+        for number, line in enumerate(lines, start=1):
+            try:
+                futures.append(producer.send(line.rstrip("\n"), headers=headers, delay=delay))
+            except InvalidSetting as e:
+                producer.close()  # what came before is sent, not dropped
+                raise InvalidMessage(
+                    f"line {number} of stdin: {e}; the {number - 1} line(s) before it were sent"
+                ) from e
+    return [f.result() for f in futures]
 
 
 def _parse_headers(pairs: Sequence[str]) -> dict[str, str]:

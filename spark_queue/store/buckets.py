@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark_queue.store.session import Store, translate_errors
+from spark_queue.store.session import Params, Store, translate_errors
 
 # Rows per single-partition batch, and their payload bytes: far below
 # Cassandra's mutation limit (half a commit-log segment) and kind to the heap.
@@ -210,20 +210,29 @@ class Buckets:
         """Write messages, one single-partition batch per bucket (chunked), concurrently."""
         by_bucket: dict[int, list[Sequence[Any]]] = defaultdict(list)
         for m in messages:
-            by_bucket[self.bucket_of(m.id)].append(
-                (
-                    self.queue_id,
-                    self.bucket_of(m.id),
-                    m.id,
-                    m.payload,
-                    dict(m.headers) or None,
-                    m.enqueued_at,
-                    m.visible_at,
-                    m.expires_at,
-                    ttl_left(m.expires_at, now),
-                )
-            )
+            by_bucket[self.bucket_of(m.id)].append(self._insert_row(m, now))
         self._write_batches(INSERT, by_bucket, payload_index=3, what="sending messages")
+
+    def insert_statement(self, messages: Sequence[NewMessage], now: int) -> tuple[Any, Params]:
+        """One single-partition write of ``messages``, for a caller that runs it itself.
+
+        The messages must all be of one bucket, at most ``BATCH_ROWS`` of them
+        and about ``BATCH_BYTES`` of payload (the producer's asynchronous path).
+        """
+        return self._statement(INSERT, [self._insert_row(m, now) for m in messages])
+
+    def _insert_row(self, m: NewMessage, now: int) -> Params:
+        return (
+            self.queue_id,
+            self.bucket_of(m.id),
+            m.id,
+            m.payload,
+            dict(m.headers) or None,
+            m.enqueued_at,
+            m.visible_at,
+            m.expires_at,
+            ttl_left(m.expires_at, now),
+        )
 
     def write_leases(self, leases: Sequence[LeaseWrite], now: int) -> None:
         """Write delivery leases; last writer wins (Cassandra's timestamps pick one)."""
@@ -272,7 +281,7 @@ class Buckets:
                 batches.append(self._statement(cql, chunk))
         self.store.execute_many(batches, what=what)
 
-    def _statement(self, cql: str, rows: list[Sequence[Any]]) -> tuple[Any, Sequence[Any]]:
+    def _statement(self, cql: str, rows: list[Sequence[Any]]) -> tuple[Any, Params]:
         if len(rows) == 1:
             return self.store.prepare(cql), rows[0]
         return self.store.batch(cql, rows), ()

@@ -33,6 +33,7 @@ from cassandra.cluster import (
     Cluster,
     ExecutionProfile,
     NoHostAvailable,
+    ResponseFuture,
     ResultSet,
     Session,
 )
@@ -182,6 +183,17 @@ class Store:
             )
         return [result for _, result in results]
 
+    def execute_async(self, statement: Any, params: Params = (), *, what: str) -> ResponseFuture:
+        """Start a statement without waiting; the caller adds callbacks to the driver's future.
+
+        Errors raised while starting it are translated; errors delivered to the
+        future's errback are the driver's own (translate them with ``translated``).
+        """
+        if isinstance(statement, str):
+            statement = self.prepare(statement)
+        with translate_errors(what):
+            return self.session.execute_async(statement, tuple(params))
+
 
 def schema_statements(keyspace: str) -> list[str]:
     """The packaged ``schema.cql``, split into statements, for ``keyspace``."""
@@ -246,21 +258,40 @@ def translate_errors(what: str) -> Iterator[None]:
         yield
     except SparkQueueError:
         raise
-    except NoHostAvailable as e:
-        raise BackendUnavailable(
-            f"{what}: no Cassandra host answered ({_first_error(e)}); start a local node with"
+    except (NoHostAvailable, DriverException) as e:
+        raise translated(e, what) from e
+
+
+def translated(error: BaseException, what: str) -> SparkQueueError:
+    """The SparkQueueError for an exception the driver raised or handed to a callback.
+
+    For errors that reach code through the driver's asynchronous callbacks,
+    where ``translate_errors`` cannot wrap the call. The result keeps
+    ``error`` as its cause; anything that is no driver error is wrapped too,
+    so a caller always gets a SparkQueueError.
+    """
+    result: SparkQueueError
+    if isinstance(error, SparkQueueError):
+        return error
+    if isinstance(error, NoHostAvailable):
+        result = BackendUnavailable(
+            f"{what}: no Cassandra host answered ({_first_error(error)}); start a local node with"
             " 'bdq cassandra start' or point BDQ_CASSANDRA_HOSTS at your cluster"
-        ) from e
-    except (OperationTimedOut, ReadTimeout, WriteTimeout) as e:
-        raise BackendUnavailable(f"{what}: Cassandra did not answer in time ({e})") from e
-    except Unavailable as e:
-        raise BackendUnavailable(
-            f"{what}: not enough live replicas for the consistency level ({e})"
-        ) from e
-    except InvalidRequest as e:
-        raise SparkQueueError(f"{what}: Cassandra rejected the request: {e}") from e
-    except DriverException as e:
-        raise BackendUnavailable(f"{what}: {type(e).__name__}: {e}") from e
+        )
+    elif isinstance(error, OperationTimedOut | ReadTimeout | WriteTimeout):
+        result = BackendUnavailable(f"{what}: Cassandra did not answer in time ({error})")
+    elif isinstance(error, Unavailable):
+        result = BackendUnavailable(
+            f"{what}: not enough live replicas for the consistency level ({error})"
+        )
+    elif isinstance(error, InvalidRequest):
+        result = SparkQueueError(f"{what}: Cassandra rejected the request: {error}")
+    elif isinstance(error, DriverException):
+        result = BackendUnavailable(f"{what}: {type(error).__name__}: {error}")
+    else:
+        result = SparkQueueError(f"{what}: {type(error).__name__}: {error}")
+    result.__cause__ = error
+    return result
 
 
 def _first_error(error: NoHostAvailable) -> str:
