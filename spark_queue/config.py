@@ -356,8 +356,10 @@ class QueueSettings:
         bucket_size: Ids per bucket (one Cassandra partition). Default 1000.
         visibility_timeout: Seconds a received message stays invisible. Default 30.
         order_hint: BlueDove's K: a receive picks among the oldest K visible
-            messages per message asked for. 1 favours order, larger K fewer
-            duplicates under competing consumers. Default 1.
+            messages per message asked for. 1 keeps the order; racing
+            consumers get no duplicates at any K (a message comes back only when
+            its lease runs out), and a larger K only makes their conditional
+            leases collide less often. Default 1.
         message_ttl: Seconds a message lives unacked before it expires. Default 7 days.
         max_deliveries: Deliveries after which a message moves to
             ``dead_letter_queue`` instead of being delivered again; None for no limit.
