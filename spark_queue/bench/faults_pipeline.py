@@ -61,8 +61,8 @@ ROW_DELAY_MS = 0
 RUN_TIMEOUT = 900.0
 #: The source's lease on a batch's messages. Exactly-once across a crash needs the
 #: restart within it: a batch whose leases ran out before its ack is delivered again
-#: (a whole batch of duplicates, never a loss). At 120 s, restarts of 217 and 262 s on
-#: a loaded host duplicated the two batches killed right after their sink commit.
+#: (a whole batch of duplicates, never a loss). At 120 s, on a host where restarts took
+#: minutes, a run duplicated two batches: as many as it had kills right after a commit.
 VISIBILITY_TIMEOUT = RUN_TIMEOUT
 #: A run that ends by itself (a query failed, e.g. while a node was down) is started again.
 MAX_EARLY_EXITS = 10
