@@ -3,6 +3,7 @@
 ``Queue`` is a thin front over one module per idea of the engine:
 
 * ``sending.py``: checked batches, id blocks, repair of late writes, send-once;
+* ``producer.py``: single sends batched per bucket in the background (``send_async``);
 * ``receiving.py``: candidate scans, leases and their read-back;
 * ``claims.py``: what the threads sharing one handle hold;
 * ``dead_letters.py``: ``max_deliveries`` and the dead-letter queue;

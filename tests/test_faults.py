@@ -1,14 +1,24 @@
-"""The queue on a three-node local cluster with replication factor 3, nodes killed under it."""
+"""The queue on a three-node local cluster with replication factor 3, nodes killed under it.
+
+One cluster serves the whole module (starting three nodes takes a minute or
+two); each test first brings every node back up and waits for a settled ring.
+"""
 
 from __future__ import annotations
 
+import os
+import random
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from spark_queue import BackendUnavailable, ConnectionSettings, QueueClient
+from spark_queue.bench.faults_bench import FaultsParams, run_faults_bench
+from spark_queue.bench.faults_pipeline import Checkpoint, run_pipeline_faults
+from spark_queue.bench.faults_report import write_report
 from spark_queue.config import HostPort
 from spark_queue.local import cql
 from spark_queue.local.node import LocalCluster
@@ -51,63 +61,156 @@ def all_normal(settings: ConnectionSettings) -> bool:
     return True
 
 
-def test_replicated_queue_survives_one_node_down_and_fails_clearly_without_quorum(
-    node_home: Path,
-) -> None:
-    cluster = LocalCluster(node_home, address=ADDRESSES[0], jmx_port=7280)
-    cluster.start(nodes=3)
-    settings = ConnectionSettings.from_env(
+def settings_for(keyspace: str) -> ConnectionSettings:
+    return ConnectionSettings.from_env(
         {},
         hosts=",".join(ADDRESSES),
-        keyspace="faults",
+        keyspace=keyspace,
         replication_factor=3,
         request_timeout=10.0,
     )
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, classpath_cache: Path
+) -> Iterator[LocalCluster]:
+    """Three local nodes on 127.0.0.41-43 (JMX 7280-7282), stopped after the module."""
+    home = tmp_path_factory.mktemp("faults") / "bdq"
+    shutil.copytree(classpath_cache, home / "lib")
+    cluster = LocalCluster(home, address=ADDRESSES[0], jmx_port=7280)
     try:
-        deadline = time.monotonic() + 120
-        while not all_normal(settings):
-            assert time.monotonic() < deadline, "the three nodes never all saw each other NORMAL"
-            time.sleep(1)
-        with QueueClient(settings=settings) as client:
-            # Creating throw-away queues (three LWTs each) probes until Cassandra
-            # has noticed a change in the ring: an operation racing the failure
-            # detector may time out (a clear error, nothing lost), and retrying
-            # it on the queue under test could add duplicates.
-            probes = iter(range(1000))
-
-            def probe() -> None:
-                client.create_queue(f"probe-{next(probes)}")
-
-            # Given a queue replicated three times, partly consumed
-            queue = client.create_queue("orders", bucket_size=50, seal_delay=0.5)
-            queue.send_batch([f"a{i}".encode() for i in range(200)])
-            first = queue.receive(60)
-            queue.ack_batch([d.receipt for d in first])
-
-            # When one replica is killed, LOCAL_QUORUM and LOCAL_SERIAL still have 2 of 3
-            cluster.kill(3)
-            eventually(probe, "an LWT with one node down")
-            queue.send_batch([f"b{i}".encode() for i in range(200)])
-            rest = drain(queue)
-
-            # Then every message is delivered, once
-            expected = {f"a{i}".encode() for i in range(60, 200)} | {
-                f"b{i}".encode() for i in range(200)
-            }
-            assert sorted(rest) == sorted(expected)
-            assert queue.stats().total == 0
-
-            # When a second replica dies, the quorum is gone: a clear error, not a silent loss
-            queue.send(b"before")
-            cluster.kill(2)
-            with pytest.raises(
-                BackendUnavailable, match=r"replicas|did not answer|no Cassandra host"
-            ):
-                queue.receive(10)
-
-            # And once it is back, the message sent before is still there
-            cluster.start(nodes=2)
-            eventually(probe, "an LWT after the restart")
-            assert drain(queue) == [b"before"]
+        yield cluster
     finally:
         cluster.stop()
+
+
+def all_up(cluster: LocalCluster, keyspace: str) -> ConnectionSettings:
+    """Start whichever of the three nodes is down and wait until the ring has settled."""
+    cluster.start(nodes=3)
+    settings = settings_for(keyspace)
+    deadline = time.monotonic() + 120
+    while not all_normal(settings):
+        assert time.monotonic() < deadline, "the three nodes never all saw each other NORMAL"
+        time.sleep(1)
+    return settings
+
+
+def test_replicated_queue_survives_one_node_down_and_fails_clearly_without_quorum(
+    cluster: LocalCluster,
+) -> None:
+    settings = all_up(cluster, "faults")
+    with QueueClient(settings=settings) as client:
+        # Creating throw-away queues (three LWTs each) probes until Cassandra
+        # has noticed a change in the ring: an operation racing the failure
+        # detector may time out (a clear error, nothing lost), and retrying
+        # it on the queue under test could add duplicates.
+        probes = iter(range(1000))
+
+        def probe() -> None:
+            client.create_queue(f"probe-{next(probes)}")
+
+        # Given a queue replicated three times, partly consumed
+        queue = client.create_queue("orders", bucket_size=50, seal_delay=0.5)
+        queue.send_batch([f"a{i}".encode() for i in range(200)])
+        first = queue.receive(60)
+        queue.ack_batch([d.receipt for d in first])
+
+        # When one replica is killed, LOCAL_QUORUM and LOCAL_SERIAL still have 2 of 3
+        cluster.kill(3)
+        eventually(probe, "an LWT with one node down")
+        queue.send_batch([f"b{i}".encode() for i in range(200)])
+        rest = drain(queue)
+
+        # Then every message is delivered, once
+        expected = {f"a{i}".encode() for i in range(60, 200)} | {
+            f"b{i}".encode() for i in range(200)
+        }
+        assert sorted(rest) == sorted(expected)
+        assert queue.stats(exact=True).total == 0
+
+        # When a second replica dies, the quorum is gone: a clear error, not a silent loss
+        queue.send(b"before")
+        cluster.kill(2)
+        with pytest.raises(BackendUnavailable, match=r"replicas|did not answer|no Cassandra host"):
+            queue.receive(10)
+
+        # And once it is back, the message sent before is still there
+        cluster.start(nodes=2)
+        eventually(probe, "an LWT after the restart")
+        assert drain(queue) == [b"before"]
+
+
+def test_relay_killed_at_random_with_a_node_killed_and_restarted_moves_each_message_once(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    # Given a relay between two queues replicated three times (LOCAL_QUORUM)
+    settings = all_up(cluster, "faults_relay")
+    seed = int(os.environ.get("BDQ_FAULT_SEED") or random.SystemRandom().randrange(2**31))
+    print(f"kill plan seed {seed} (BDQ_FAULT_SEED={seed} replays it)")
+    checkpoint = Checkpoint(tmp_path / "checkpoint")
+    events: list[str] = []
+
+    def node_faults(run: int) -> None:
+        """While run 1 plans its first batch, kill node 3; while run 4 does, restart it."""
+        if run not in (1, 4):
+            return
+        planned = checkpoint.last("offsets")
+        deadline = time.monotonic() + 90
+        while checkpoint.last("offsets") == planned and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if run == 1:
+            cluster.kill(3)
+            events.append(f"node 3 killed during run 1 at {checkpoint.describe()}")
+        else:
+            cluster.start(nodes=3)
+            events.append(f"node 3 restarted during run 4, up at {checkpoint.describe()}")
+
+    # When the relay is killed at 10 random points while one node of three is
+    # killed and later restarted, then drained
+    result = run_pipeline_faults(
+        settings, tmp_path, messages=20_000, kills=10, seed=seed, disturb=node_faults
+    )
+
+    # Then the node went down and came back while the relay ran, and by source id
+    # the target holds every message exactly once and both queues are empty
+    where = f"seed {seed}, {events}, kills {[(k.phase, k.landed) for k in result.kills]}"
+    assert len(events) == 2, where
+    assert sum(k.killed for k in result.kills) == 10, where
+    assert (result.missing, result.extra, result.corrupt) == (0, 0, 0), where
+    assert result.duplicates == 0, where
+    assert result.delivered == 20_000, where
+    assert (result.source_left, result.target_left) == (0, 0), where
+
+
+def test_bench_faults_slice_loses_nothing_and_writes_its_report(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    # Given the bench's workload on the three nodes, with short levels: receivers
+    # crashing at p = 0.2 per batch, a node killed and restarted, two load steps
+    settings = all_up(cluster, "faults_bench")
+    params = FaultsParams(
+        rate=40, seconds=6, receivers=2, visibility_timeout=3, crash_levels=(0.2,),
+        mttf=4, mttr=2, node_seconds=12, load_steps=(40, 80), load_seconds=4, seed=11,
+    )  # fmt: skip
+    result = run_faults_bench(settings, params, tmp_path / "work", cluster=cluster)
+
+    # Then no level lost a message, the faults happened, and the report has its plots
+    by_fault = {level.fault: level for level in result.levels}
+    assert [(level.level, level.lost, level.corrupt) for level in result.levels] == [
+        (level.level, 0, 0) for level in result.levels
+    ]
+    assert all(level.sent > 0 and level.distinct == level.sent for level in result.levels)
+    assert by_fault["receiver"].restarts > 0
+    node_events = [what for _, what in by_fault["node"].events]
+    assert node_events[:2] == [node_events[0], node_events[0].replace("killed", "back")]
+    assert node_events[0].endswith("killed")
+    files = write_report(result, tmp_path / "report", "bdq bench faults (test slice)")
+    assert {f.name for f in files} == {
+        "report.md",
+        "faults-load.png",
+        "faults-throughput.png",
+        "faults-duplication.png",
+    }
+    assert all(f.stat().st_size > 0 for f in files)
+    assert "Lost messages in all: **0**" in (tmp_path / "report" / "report.md").read_text()

@@ -7,6 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from spark_queue.cli.bench import bench
+from spark_queue.cli.bench_faults import faults
 from spark_queue.cli.bench_stats import stats as bench_stats
 from spark_queue.cli.cassandra import cassandra
 from spark_queue.cli.dlq import dlq
@@ -42,3 +43,4 @@ main.add_command(top)
 main.add_command(metrics)
 main.add_command(bench)
 bench.add_command(bench_stats)
+bench.add_command(faults)

@@ -1,88 +1,10 @@
-"""A queue-to-queue relay with the bdq source and sink, run as its own driver process.
-
-The crash tests start it, kill it with SIGKILL at chosen points, and start it
-again from its checkpoint. Each message carries its source id in the header
-``source-id`` so the test can check that every message arrived exactly once.
-"""
+"""The relay of ``spark_queue.bench.faults_relay``, runnable by path from the tests."""
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import time
 
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--hosts", required=True)
-    parser.add_argument("--keyspace", required=True)
-    parser.add_argument("--source", required=True)
-    parser.add_argument("--target", required=True)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--writer-id", default=None)
-    parser.add_argument("--max-per-trigger", type=int, default=100)
-    parser.add_argument("--trigger-seconds", type=float, default=2.0)
-    parser.add_argument("--row-delay-ms", type=int, default=0, help="slow each row down")
-    parser.add_argument("--available-now", action="store_true")
-    parser.add_argument("--master", default="local[2]")
-    args = parser.parse_args(argv)
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master(args.master)
-        .appName("bdq-relay")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    connection = {"hosts": args.hosts, "keyspace": args.keyspace}
-    source = (
-        spark.readStream.format("bdq")
-        .options(**connection)
-        .option("queue", args.source)
-        .option("visibilityTimeout", "120s")
-        .option("maxMessagesPerTrigger", str(args.max_per_trigger))
-        .load()
-    )
-    payload = F.col("payload")
-    if args.row_delay_ms:
-        delay = args.row_delay_ms / 1000
-
-        @F.udf(BinaryType())
-        def slowly(value: bytes) -> bytes:
-            time.sleep(delay)
-            return value
-
-        payload = slowly(payload)
-    relayed = source.select(
-        payload.alias("payload"),
-        F.map_concat(
-            F.col("headers"), F.create_map(F.lit("source-id"), F.col("id").cast("string"))
-        ).alias("headers"),
-    )
-    writer = (
-        relayed.writeStream.format("bdq")
-        .options(**connection)
-        .option("queue", args.target)
-        .option("checkpointLocation", args.checkpoint)
-    )
-    if args.writer_id:
-        writer = writer.option("writerId", args.writer_id)
-    if args.available_now:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
-    query = writer.start()
-    print("relay started", flush=True)
-    query.awaitTermination()
-    return 0
-
+from spark_queue.bench.faults_relay import main
 
 if __name__ == "__main__":
     sys.exit(main())

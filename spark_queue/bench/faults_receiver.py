@@ -1,0 +1,92 @@
+"""A receiver process of ``bdq bench faults``: receive, record, ack; maybe crash in between.
+
+``python -m spark_queue.bench.faults_receiver --hosts ... --keyspace ... --queue Q
+--out FILE --crash P --seed S``. Each received batch is recorded in ``FILE``,
+one line per delivery: receive time, the receive's response time in ms (on the
+batch's first line), sender, sequence number, and whether the payload's
+checksum held. Then, with probability ``P``, the process SIGKILLs itself before
+acking: the batch's messages come back after the visibility timeout and arrive
+again, as they would after a consumer crashed between processing and ack. The
+bench restarts a receiver that died. SIGTERM ends it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import sys
+import time
+
+from spark_queue.bench.metrics import parse_payload
+from spark_queue.client import QueueClient
+from spark_queue.config import ConnectionSettings
+from spark_queue.errors import BackendUnavailable
+
+#: Exit code of a receiver that lost its backend for good (the bench restarts it).
+BACKEND_LOST = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--hosts", required=True)
+    parser.add_argument("--keyspace", required=True)
+    parser.add_argument("--consistency", default="LOCAL_QUORUM")
+    parser.add_argument("--queue", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--crash", type=float, default=0.0, help="SIGKILL chance per batch")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=10)
+    parser.add_argument("--visibility-timeout", type=float, default=5.0)
+    args = parser.parse_args(argv)
+
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    rng = random.Random(args.seed)
+    settings = ConnectionSettings.from_env(
+        {}, hosts=args.hosts, keyspace=args.keyspace, consistency=args.consistency
+    )
+    errors = 0
+    with QueueClient(settings=settings) as client, open(args.out, "a") as out:
+        queue = client.queue(args.queue)
+        while not stopping:
+            began = time.time()
+            try:
+                deliveries = queue.receive(
+                    args.batch, visibility_timeout=args.visibility_timeout, wait=0.5
+                )
+            except BackendUnavailable:
+                errors += 1
+                if errors > 1000:
+                    return BACKEND_LOST
+                time.sleep(0.1)
+                continue
+            took = (time.time() - began) * 1000
+            if not deliveries:
+                continue
+            now = time.time()
+            for i, d in enumerate(deliveries):
+                parsed = parse_payload(d.payload)
+                sender, seq = parsed if parsed else (-1, -1)
+                # the response time once per receive call (-1 on the batch's other lines)
+                ms = took if i == 0 else -1
+                out.write(f"{now:.4f} {ms:.2f} {sender} {seq} {int(bool(parsed))}\n")
+            out.flush()
+            os.fsync(out.fileno())  # what is recorded survives the kill below
+            if rng.random() < args.crash:
+                os.kill(os.getpid(), signal.SIGKILL)
+            try:
+                queue.ack_batch([d.receipt for d in deliveries], strict=False)
+            except BackendUnavailable:
+                errors += 1  # the messages come back after the timeout: duplicates, no loss
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

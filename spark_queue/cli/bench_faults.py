@@ -1,0 +1,191 @@
+"""``bdq bench faults``: the BlueDove evaluation under faults on a three-node cluster.
+
+Without ``BDQ_CASSANDRA_HOSTS`` the command starts its own three local nodes on
+127.0.0.51-53 (JMX 7290-7292, home ``<bdq home>/faults``) and stops them when it
+ends (``--keep-cluster`` leaves them running for the next run). With
+``BDQ_CASSANDRA_HOSTS`` it uses that cluster as it is and skips the node fault,
+which needs nodes it can kill.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from spark_queue.bench.faults_bench import (
+    FaultsParams,
+    check_faults,
+    fresh_workdir,
+    run_faults_bench,
+)
+from spark_queue.bench.faults_pipeline import run_pipeline_faults
+from spark_queue.bench.faults_report import HEADERS, level_row, write_report
+from spark_queue.cli.options import echo_json, echo_progress, json_option
+from spark_queue.config import ConnectionSettings, hosts_from_env
+from spark_queue.local.node import LocalCluster, default_home
+
+ADDRESS = "127.0.0.51"
+JMX_PORT = 7290
+KEYSPACE = "bdq_faults"
+
+
+def _console() -> Console:
+    """Stdout console; 160 columns when it is not a terminal (the table has 12 of them)."""
+    console = Console(soft_wrap=True)
+    return console if console.is_terminal else Console(soft_wrap=True, width=160)
+
+
+def _cluster(home: Path) -> LocalCluster:
+    """The bench's three local nodes, seeded with the default home's resolved classpath."""
+    lib = default_home() / "lib"
+    if lib.is_dir() and not (home / "lib").exists():
+        shutil.copytree(lib, home / "lib")
+    return LocalCluster(home, address=ADDRESS, jmx_port=JMX_PORT)
+
+
+@click.command("faults")
+@click.option("--quick", is_flag=True, help="Short levels, MTTF 20 s / MTTR 5 s: a few minutes.")
+@click.option(
+    "--faults",
+    "chosen",
+    default="receiver,node,load",
+    show_default=True,
+    help="Comma list of receiver, node, load.",
+)
+@click.option("--rate", type=click.FloatRange(1), default=None, help="Offered msgs/s of faults.")
+@click.option("--seconds", type=click.FloatRange(1), default=None, help="Sending time per level.")
+@click.option(
+    "--pipeline",
+    is_flag=True,
+    help="Instead: a queue -> Spark -> queue relay SIGKILLed at random points (--kills).",
+)
+@click.option("--messages", type=click.IntRange(1), default=20_000, show_default=True)
+@click.option("--kills", type=click.IntRange(0, 1000), default=10, show_default=True)
+@click.option("--seed", type=click.IntRange(0), default=None, help="[default: random]")
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write report.md and PNG plots into this folder.",
+)
+@click.option(
+    "--cluster-home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Home of the bench's local nodes.  [default: <bdq home>/faults]",
+)
+@click.option("--keep-cluster", is_flag=True, help="Leave the bench's local nodes running.")
+@json_option
+def faults(
+    quick: bool,
+    chosen: str,
+    pipeline: bool,
+    seed: int | None,
+    report_dir: Path | None,
+    cluster_home: Path | None,
+    keep_cluster: bool,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """Loss, duplication, order and response times under one fault at a time.
+
+    Faults: receiver processes SIGKILLed with probability p per received batch
+    (and restarted); Cassandra nodes SIGKILLed after Exp(MTTF) and restarted
+    after MTTR, at LOCAL_QUORUM with replication factor 3; and, without faults,
+    the offered load stepped up until response times pass 200 ms. Loss must be
+    0 in every level: the command exits with 1 otherwise.
+    """
+    names = check_faults([n.strip() for n in chosen.split(",") if n.strip()])
+    external = bool(hosts_from_env())
+    cluster = None if external else _cluster(cluster_home or default_home() / "faults")
+    if cluster is not None:
+        cluster.start(nodes=3, echo=echo_progress)
+        hosts = ",".join(cluster.node(i).address for i in (1, 2, 3))
+        settings = ConnectionSettings.from_env(
+            {}, hosts=hosts, keyspace=KEYSPACE, replication_factor=3
+        )
+    else:
+        given = ConnectionSettings.from_env(keyspace=KEYSPACE)
+        # RF 3 as in the paper, or as many replicas as contact points when fewer
+        settings = dataclasses.replace(given, replication_factor=min(3, len(given.hosts)))
+        if "node" in names:
+            echo_progress("BDQ_CASSANDRA_HOSTS is set: skipping the node fault (no nodes to kill)")
+            names.remove("node")
+    workdir = fresh_workdir()
+    try:
+        if pipeline:
+            _pipeline(settings, workdir, seed=seed, as_json=as_json, **options)
+            return
+        params = FaultsParams.quick(seed) if quick else FaultsParams()
+        if seed is not None:
+            params = dataclasses.replace(params, seed=seed)
+        if options.get("rate") is not None:
+            params = dataclasses.replace(params, rate=options["rate"])
+        if options.get("seconds") is not None:
+            params = dataclasses.replace(params, seconds=options["seconds"])
+        result = run_faults_bench(
+            settings, params, workdir, cluster=cluster, faults=names, echo=echo_progress
+        )
+    finally:
+        if cluster is not None and not keep_cluster:
+            cluster.stop(echo=echo_progress)
+        shutil.rmtree(workdir, ignore_errors=True)
+    if report_dir is not None:
+        command = shlex.join(["bdq", "bench", "faults", *sys.argv[3:]])
+        if "--seed" not in sys.argv:
+            command += f" --seed {params.seed}"
+        for path in write_report(result, report_dir, command):
+            echo_progress(f"wrote {path}")
+    if as_json:
+        echo_json(
+            {"seed": params.seed, "params": params.__dict__, "levels": [
+                level.__dict__ | {"send_rate": level.send_rate} for level in result.levels
+            ]}
+        )  # fmt: skip
+    else:
+        table = Table(*HEADERS, title=f"bdq bench faults (seed {params.seed})")
+        for level in result.levels:
+            table.add_row(*level_row(level))
+        _console().print(table)
+    if result.lost:
+        raise click.ClickException(f"{result.lost} messages lost: a defect, please report it")
+
+
+def _pipeline(
+    settings: ConnectionSettings,
+    workdir: Path,
+    *,
+    seed: int | None,
+    as_json: bool,
+    messages: int,
+    kills: int,
+    **_: Any,
+) -> None:
+    result = run_pipeline_faults(
+        settings, workdir, messages=messages, kills=kills, seed=seed, echo=echo_progress
+    )
+    if as_json:
+        echo_json(result.__dict__ | {"exactly_once": result.exactly_once})
+    else:
+        table = Table("kill", "phase", "+settle", "landed at", "after", title="relay kills")
+        for i, k in enumerate(result.kills, 1):
+            state = k.landed if k.killed else f"{k.landed} (ended by itself: {k.exit_code})"
+            table.add_row(str(i), k.phase, f"{k.settle:.2f}s", state, f"{k.seconds:.1f}s")
+        _console().print(table)
+        click.echo(
+            f"seed {result.seed}: {result.messages} sent, {result.delivered} delivered,"
+            f" {result.duplicates} duplicates, {result.missing} missing, {result.corrupt}"
+            f" corrupt; left in source {result.source_left}, in target {result.target_left};"
+            f" {result.seconds:.0f}s"
+        )
+    if not result.exactly_once:
+        raise click.ClickException(f"not exactly once (seed {result.seed})")

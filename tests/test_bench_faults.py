@@ -1,0 +1,84 @@
+"""Pure logic of the fault benchmarks: the kill plan and where a kill lands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from spark_queue.bench.faults_bench import FaultsParams, LevelResult, _measure, check_faults
+from spark_queue.bench.faults_pipeline import PHASES, Checkpoint, plan_kills, reached
+from spark_queue.cli import main
+from spark_queue.errors import InvalidSetting
+
+
+def test_a_kill_plan_is_repeatable_and_visits_every_phase() -> None:
+    plan = plan_kills(7, 10)
+
+    assert plan == plan_kills(7, 10)
+    assert plan != plan_kills(8, 10)
+    assert len(plan) == 10
+    assert {k.phase for k in plan[:5]} == set(PHASES)
+    assert {k.phase for k in plan[5:]} == set(PHASES)
+    assert all(k.settle == 0 for k in plan if k.phase == "committing")
+    assert all(0.4 <= k.settle <= 1.5 for k in plan if k.phase == "writing")
+
+
+def test_phases_are_read_off_the_checkpoint_since_the_run_started() -> None:
+    start = (4, 3)  # batch 4 was running when the last run died
+    # the restart replays batch 4 and commits it: a commit, then planning
+    assert reached("committing", (4, 4), start)
+    assert reached("planning", (4, 4), start)
+    assert not reached("reading", (4, 4), start)
+    # batch 5 is planned: acking 4, then reading and writing 5
+    for phase in ("acking", "reading", "writing"):
+        assert reached(phase, (5, 4), start)
+    assert not reached("planning", (5, 4), start)
+    # nothing new yet
+    assert not any(reached(p, start, start) for p in PHASES)
+
+
+def test_checkpoint_describes_the_last_batch(tmp_path: Path) -> None:
+    checkpoint = Checkpoint(tmp_path)
+    assert checkpoint.snapshot() == (-1, -1)
+    assert checkpoint.describe() == "no batch planned yet"
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "commits").mkdir()
+    for name in ("0", "1", "2", ".2.crc"):
+        (tmp_path / "offsets" / name).touch()
+    (tmp_path / "commits" / "1").touch()
+    assert checkpoint.snapshot() == (2, 1)
+    assert checkpoint.describe() == "batch 2 running"
+    (tmp_path / "commits" / "2").touch()
+    assert checkpoint.describe() == "batch 2 committed, next not planned"
+
+
+def test_bad_fault_names_and_levels_are_refused_before_anything_runs() -> None:
+    with pytest.raises(InvalidSetting, match=r"faults 'receiver,net': must be a comma list"):
+        check_faults(["receiver", "net"])
+    with pytest.raises(InvalidSetting, match=r"crash level 1.5: must be a probability"):
+        FaultsParams(crash_levels=(0.1, 1.5))
+    result = CliRunner().invoke(main, ["bench", "faults", "--faults", "disk"])
+    assert result.exit_code == 1
+    assert "faults 'disk': must be a comma list of receiver, node, load" in result.output
+
+
+def test_a_level_is_measured_from_the_receivers_records(tmp_path: Path) -> None:
+    # Given two receivers' records: (0, 2) arrives twice, (1, 1) before (1, 0),
+    # a corrupt payload, and a line cut short by a SIGKILL
+    (tmp_path / "receiver-0.txt").write_text(
+        "100.0 12.5 0 0 1\n100.1 -1 0 1 1\n100.2 -1 0 2 1\n103.0 30.0 0 2 1\n103.1 -1 9 9 0\n"
+    )
+    (tmp_path / "receiver-1.txt").write_text("100.5 20.0 1 1 1\n101.5 8.0 1 0 1\n102.0 4.")
+    result = LevelResult("receiver", "p=0.1", offered=10, seconds=1)
+    sent = {(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)}
+
+    _measure(result, sent, [5.0, 7.0], tmp_path, began_wall=100.0)
+
+    # Then (1, 2) is lost, one duplicate, one corrupt, one of five out of order
+    assert (result.lost, result.corrupt, result.deliveries, result.distinct) == (1, 1, 7, 5)
+    assert result.duplication == pytest.approx(1 / 6)
+    assert result.out_of_order == pytest.approx(1 / 5)
+    assert (result.recv_p50, result.send_p50) == (pytest.approx(16.25), pytest.approx(6.0))
+    assert result.throughput == [4, 1, 0, 2]  # deliveries per second since 100.0
