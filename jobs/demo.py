@@ -30,6 +30,7 @@ from jobs.pipeline import build_session, ensure_queues, run_pipeline
 from jobs.producer import produce
 from jobs.settings import add_connection_flags, connection_settings, load_config
 from spark_queue.client import QueueClient
+from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting, SparkQueueError
 
 
@@ -102,7 +103,20 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     print(summary.render())
+    print(cluster_command(settings))
     return 0
+
+
+def cluster_command(settings: ConnectionSettings) -> str:
+    """The one command that runs the same pipeline on a Spark standalone cluster."""
+    hosts = ",".join(str(h) for h in settings.hosts)
+    python = sys.executable
+    return (
+        "on a cluster (every executor with spark-queue installed at the same interpreter):\n"
+        f"  {Path(python).parent / 'spark-submit'} --master spark://<master>:7077"
+        f" --conf spark.pyspark.python={python} {Path(__file__).parent / 'pipeline.py'}"
+        f" --hosts {hosts} --keyspace {settings.keyspace}"
+    )
 
 
 if __name__ == "__main__":

@@ -355,8 +355,8 @@ def start_query(
     max_messages_per_trigger: int | None = None,
 ) -> StreamingQuery:
     """Start the streaming query (the queues must exist)."""
-    # Installed, the package registers format("bdq") by itself; registering again is
-    # harmless and also covers a package shipped as a --py-files zip.
+    # Installed, the package is found by Spark itself and this does nothing; it
+    # registers format("bdq") only for a package shipped as a --py-files zip.
     register(spark)
     pipeline = config.pipeline
     connection = connector_options(settings)

@@ -206,6 +206,8 @@ class QueueClient:
             if handle is None or handle.queue_id != queue_id:
                 handle = Queue(self._store, name, queue_id, settings, self.queue)
                 self._handles[name] = handle
+            else:
+                handle.apply_settings(settings)  # just read: at least as fresh as the handle's
             return handle
 
     def update_queue(self, name: str, **changes: Any) -> QueueSettings:

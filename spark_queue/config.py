@@ -27,7 +27,20 @@ ENV_VARS = {
     "username": "BDQ_CASSANDRA_USERNAME",
     "password": "BDQ_CASSANDRA_PASSWORD",
     "local_dc": "BDQ_LOCAL_DC",
+    "auth_provider": "BDQ_CASSANDRA_AUTH_PROVIDER",
+    "protocol_version": "BDQ_CASSANDRA_PROTOCOL_VERSION",
+    "tls": "BDQ_CASSANDRA_TLS",
+    "tls_ca_file": "BDQ_CASSANDRA_TLS_CA_FILE",
+    "tls_cert_file": "BDQ_CASSANDRA_TLS_CERT_FILE",
+    "tls_key_file": "BDQ_CASSANDRA_TLS_KEY_FILE",
+    "tls_check_hostname": "BDQ_CASSANDRA_TLS_CHECK_HOSTNAME",
 }
+
+#: Native protocol versions a user may pin (None negotiates the highest the cluster speaks).
+PROTOCOL_VERSIONS = (3, 4, 5)
+_BOOL_FIELDS = ("tls", "tls_check_hostname")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 CONSISTENCY_LEVELS = (
     "ONE",
@@ -93,6 +106,35 @@ def check_keyspace(name: str) -> str:
     return name
 
 
+def parse_bool(setting: str, value: object) -> bool:
+    """A bool, or text: 'true', 'false', '1', '0', 'yes', 'no', 'on' or 'off'."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise InvalidSetting(f"{setting} {value!r}: must be true or false")
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """A setting given as text (environment, flags, Spark options) as its field's type."""
+    if name == "hosts":
+        return parse_hosts(value)
+    if name in _BOOL_FIELDS:
+        return parse_bool(name, value)
+    if name == "protocol_version" and isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise InvalidSetting(
+                f"protocol_version {value!r}: must be one of"
+                f" {', '.join(map(str, PROTOCOL_VERSIONS))}, or unset to negotiate"
+            ) from None
+    return value
+
+
 def check_choice(setting: str, value: str, allowed: Iterable[str]) -> str:
     """Upper-case ``value`` and check it is one of ``allowed``."""
     allowed = tuple(allowed)
@@ -112,7 +154,22 @@ class ConnectionSettings:
         local_dc: Data center for the load-balancing policy; None lets the
             driver pick the first contact point's.
         username: Plain-text auth user, or None.
-        password: Plain-text auth password, or None.
+        password: Plain-text auth password, or None. Never shown in ``repr``.
+        auth_provider: ``module.Class`` of a driver auth provider to use instead
+            of the plain-text one (such as
+            ``cassandra.auth.SaslAuthProvider``); it is called with
+            ``username=`` and ``password=`` when those are set, else with nothing.
+        protocol_version: Native protocol version to pin (3, 4 or 5); None
+            negotiates the highest one the cluster speaks.
+        tls: Encrypt connections with TLS. None (the default) turns it on
+            when any ``tls_*_file`` is given.
+        tls_ca_file: PEM bundle of the CAs that sign the nodes' certificates;
+            None trusts the system's CAs.
+        tls_cert_file: PEM client certificate (mutual TLS), with ``tls_key_file``.
+        tls_key_file: PEM private key of the client certificate (unencrypted).
+        tls_check_hostname: Check that a node's certificate names the address
+            it was reached at. On by default; turn off only for certificates
+            without the nodes' names, knowing it allows man-in-the-middle attacks.
         consistency: Read/write consistency. Default ``LOCAL_QUORUM``.
         serial_consistency: Consistency of lightweight transactions.
             Default ``LOCAL_SERIAL``.
@@ -126,7 +183,14 @@ class ConnectionSettings:
     keyspace: str = DEFAULT_KEYSPACE
     local_dc: str | None = None
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
+    auth_provider: str | None = None
+    protocol_version: int | None = None
+    tls: bool | None = None
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_check_hostname: bool = True
     consistency: str = "LOCAL_QUORUM"
     serial_consistency: str = "LOCAL_SERIAL"
     replication_factor: int = 1
@@ -150,6 +214,19 @@ class ConnectionSettings:
                 f" (username {'set' if self.username else 'missing'},"
                 f" password {'set' if self.password else 'missing'})"
             )
+        if self.auth_provider is not None and not re.fullmatch(
+            r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*", str(self.auth_provider)
+        ):
+            raise InvalidSetting(
+                f"auth_provider {self.auth_provider!r}: must be 'module.Class' of a driver auth"
+                " provider, such as 'cassandra.auth.SaslAuthProvider'"
+            )
+        if self.protocol_version is not None and self.protocol_version not in PROTOCOL_VERSIONS:
+            raise InvalidSetting(
+                f"protocol_version {self.protocol_version!r}: must be one of"
+                f" {', '.join(map(str, PROTOCOL_VERSIONS))}, or unset to negotiate"
+            )
+        self._check_tls()
         if not isinstance(self.replication_factor, int) or self.replication_factor < 1:
             raise InvalidSetting(
                 f"replication factor {self.replication_factor!r}: must be a whole number >= 1"
@@ -158,6 +235,37 @@ class ConnectionSettings:
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise InvalidSetting(f"{name} {value!r}: must be a positive number of seconds")
+
+    def _check_tls(self) -> None:
+        files = {
+            "tls_ca_file": self.tls_ca_file,
+            "tls_cert_file": self.tls_cert_file,
+            "tls_key_file": self.tls_key_file,
+        }
+        given = [name for name, path in files.items() if path is not None]
+        if self.tls is None:
+            object.__setattr__(self, "tls", bool(given))
+        elif not isinstance(self.tls, bool):
+            object.__setattr__(self, "tls", parse_bool("tls", self.tls))
+        if not isinstance(self.tls_check_hostname, bool):
+            object.__setattr__(
+                self,
+                "tls_check_hostname",
+                parse_bool("tls_check_hostname", self.tls_check_hostname),
+            )
+        if given and not self.tls:
+            raise InvalidSetting(
+                f"tls false with {given[0]} {files[given[0]]!r}: turn TLS on or drop the TLS files"
+            )
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise InvalidSetting(
+                "tls_cert_file and tls_key_file: give both (mutual TLS) or neither"
+                f" (tls_cert_file {'set' if self.tls_cert_file else 'missing'},"
+                f" tls_key_file {'set' if self.tls_key_file else 'missing'})"
+            )
+        for name in given:
+            if not os.path.isfile(str(files[name])):
+                raise InvalidSetting(f"{name} {files[name]!r}: no such file")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ConnectionSettings:
@@ -177,10 +285,10 @@ class ConnectionSettings:
         values: dict[str, Any] = {}
         for name, var in ENV_VARS.items():
             if env.get(var):
-                values[name] = parse_hosts(env[var]) if name == "hosts" else env[var]
+                values[name] = _coerce(name, env[var])
         for name, value in overrides.items():
             if value is not None:
-                values[name] = parse_hosts(value) if name == "hosts" else value
+                values[name] = _coerce(name, value)
         return cls(**values)
 
     def replication(self) -> str:

@@ -3,6 +3,7 @@
 ``Queue`` is a thin front over one module per idea of the engine:
 
 * ``sending.py``: checked batches, id blocks, repair of late writes, send-once;
+* ``producer.py``: single sends batched per bucket in the background (``send_async``);
 * ``receiving.py``: candidate scans, leases and their read-back;
 * ``claims.py``: what the threads sharing one handle hold;
 * ``dead_letters.py``: ``max_deliveries`` and the dead-letter queue;
@@ -437,13 +438,18 @@ class Queue:
     # -- inspection ------------------------------------------------------------------
 
     def peek(
-        self, max_messages: int = 10, *, buckets: Sequence[int] | None = None
+        self,
+        max_messages: int = 10,
+        *,
+        buckets: Sequence[int] | None = None,
+        after: int | None = None,
     ) -> list[Message]:
         """Visible messages, oldest first, without leasing them.
 
         Args:
             max_messages: Most messages to return.
             buckets: Look only in these buckets (a Spark partition's share).
+            after: Only ids above this one: the next page after a peek's last id.
         """
         count = check_int("max_messages", max_messages, 1, MAX_BATCH)
         if buckets is None:
@@ -453,7 +459,7 @@ class Queue:
         for bucket in buckets:
             if len(found) >= count:
                 break
-            found.extend(self.buckets.scan_visible(bucket, now, count - len(found)))
+            found.extend(self.buckets.scan_visible(bucket, now, count - len(found), after))
         return [
             Message(
                 id=m.id,

@@ -188,6 +188,34 @@ def keyspace(cassandra: ConnectionSettings, _cql_session: Session) -> Iterator[C
         cql.drop_keyspace(settings, session=_cql_session)
 
 
+@pytest.fixture(scope="module")
+def _module_keyspace(
+    cassandra: ConnectionSettings, _cql_session: Session
+) -> Iterator[ConnectionSettings]:
+    settings = cassandra.with_keyspace(f"t_{uuid.uuid4().hex[:8]}")
+    cql.ensure_keyspace(settings, session=_cql_session)
+    try:
+        yield settings
+    finally:
+        cql.drop_keyspace(settings, session=_cql_session)
+
+
+@pytest.fixture
+def shared_keyspace(_module_keyspace: ConnectionSettings) -> Iterator[ConnectionSettings]:
+    """One keyspace for a module's tests, emptied of queues after each test.
+
+    Cheaper than ``keyspace`` (creating a keyspace and its tables takes seconds on a
+    busy node): a module overrides ``keyspace`` with it when its tests only need
+    queues of their own names.
+    """
+    from spark_queue.client import QueueClient
+
+    yield _module_keyspace
+    with QueueClient(settings=_module_keyspace) as client:
+        for name in client.list_queues():
+            client.delete_queue(name, missing_ok=True)
+
+
 @pytest.fixture(scope="session")
 def local_node_tools() -> None:
     """Java 17 and Maven, which tests that start their own local nodes need."""
@@ -213,6 +241,9 @@ def spark() -> Iterator[SparkSession]:
             .appName("spark-queue-tests")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "2")
+            # Python workers (a stream's source runner) get 15 s to connect back by
+            # default, too little on a loaded 2-core machine.
+            .config("spark.python.authenticate.socketTimeout", "120s")
             .getOrCreate()
         )
         try:

@@ -362,6 +362,11 @@ def test_demo_seeds_runs_and_prints_the_summary(
     assert "out                 190" in summary
     assert "rejected             10" in summary
     assert "msgs/s" in summary
+    # and the command that runs the same pipeline on a cluster
+    assert "spark-submit --master spark://<master>:7077" in out
+    assert f"--keyspace {keyspace.keyspace}" in out
+    # One registration path: Spark's own discovery, not replaced by the job
+    assert "replaced a statically registered data source" not in result.stderr
 
 
 def test_summary_rate_is_messages_over_elapsed() -> None:

@@ -25,6 +25,12 @@ pytestmark = pytest.mark.cassandra
 
 
 @pytest.fixture
+def keyspace(shared_keyspace: ConnectionSettings) -> ConnectionSettings:
+    """This module's tests share one keyspace, emptied of queues after each."""
+    return shared_keyspace
+
+
+@pytest.fixture
 def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
     with QueueClient(settings=keyspace) as c:
         yield c

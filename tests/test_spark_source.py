@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -17,8 +19,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_queue import ConnectionSettings, QueueClient
-from spark_queue.spark.options import connector_options
-from spark_queue.spark.source import SCHEMA
+from spark_queue.message import QueueStats
+from spark_queue.queue import MAX_BATCH, Queue
+from spark_queue.spark import source
+from spark_queue.spark.options import SourceOptions, connector_options
+from spark_queue.spark.source import SCHEMA, BdqStreamReader
 
 pytestmark = [pytest.mark.spark, pytest.mark.cassandra]
 
@@ -116,6 +121,74 @@ def test_batch_read_peeks_without_consuming(
     assert sorted(r.payload for r in rows) == sorted(f"p{i}".encode() for i in range(25))
     assert {r.delivery_count for r in rows} == {0}
     assert queue.stats().visible == 25
+
+
+def test_batch_read_returns_every_visible_message_of_a_bucket_larger_than_one_receive(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient
+) -> None:
+    # Given one bucket holding more messages than one peek may return (MAX_BATCH)
+    queue = client.create_queue("wide", bucket_size=MAX_BATCH + 5000)
+    total = MAX_BATCH + 50
+    queue.send_batch([f"w{i}" for i in range(MAX_BATCH)])
+    queue.send_batch([f"w{i}" for i in range(MAX_BATCH, total)])
+    leased = {d.id for d in queue.receive(max_messages=5, visibility_timeout=300)}
+
+    # When it is read as a batch DataFrame
+    df = (
+        spark.read.format("bdq")
+        .options(**connector_options(keyspace))
+        .option("queue", "wide")
+        .load()
+    )
+    ids = [r.id for r in df.select("id").collect()]
+
+    # Then every visible message comes back once, and the leased ones do not
+    assert len(ids) == total - 5
+    assert len(set(ids)) == len(ids)
+    assert leased.isdisjoint(ids)
+
+
+def test_backlog_counts_run_one_at_a_time(
+    keyspace: ConnectionSettings, client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a source whose counts take longer than the interval between them
+    queue = client.create_queue("counted", bucket_size=10)
+    queue.send_batch([f"c{i}" for i in range(25)])
+    monkeypatch.setattr(source, "REPORT_INTERVAL", 0.0)
+    running, most, started = 0, 0, 0
+    lock = threading.Lock()
+    real_stats = Queue.stats
+
+    def slow_stats(self: Queue) -> QueueStats:
+        nonlocal running, most, started
+        with lock:
+            running, started = running + 1, started + 1
+            most = max(most, running)
+        try:
+            time.sleep(0.2)  # a count over a large backlog
+            return real_stats(self)
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(Queue, "stats", slow_stats)
+    options = SourceOptions.parse({**connector_options(keyspace), "queue": "counted"})
+    reader = BdqStreamReader(options)
+
+    # When Spark asks for the backlog far more often than a count takes
+    reports = []
+    for _ in range(60):
+        reports.append(reader.reportLatestOffset())
+        time.sleep(0.02)
+    wait_for(lambda: running == 0, 10, "the last count to finish")
+
+    # Then counts never overlapped, yet kept coming, and report the queue's backlog
+    assert most == 1
+    assert started >= 2
+    report = reader.reportLatestOffset()
+    assert report is not None
+    assert (report["visible"], report["inFlight"], report["delayed"]) == (25, 0, 0)
+    pickle.dumps(reader)  # Spark ships the reader between Python processes
 
 
 def test_idle_stream_acks_its_last_batch_and_never_redelivers(

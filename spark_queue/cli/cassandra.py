@@ -119,6 +119,13 @@ def cassandra() -> None:
     help="Override a top-level cassandra.yaml setting (repeatable).",
 )
 @click.option(
+    "--tls",
+    is_flag=True,
+    help="Serve CQL over TLS as well as plain text, with a CA, node and client certificate"
+    " made under HOME/tls/ (clients must show the client certificate).",
+)
+@click.option("--tls-required", is_flag=True, help="Like --tls, and refuse plain-text clients.")
+@click.option(
     "--timeout",
     type=click.FloatRange(min=1),
     default=START_TIMEOUT,
@@ -134,6 +141,8 @@ def start(
     jmx_port: int,
     heap: str,
     overrides: dict[str, str],
+    tls: bool,
+    tls_required: bool,
     timeout: float,
     home: Path | None,
 ) -> None:
@@ -158,7 +167,10 @@ def start(
     )
     already = {s.index for s in cluster.status() if s.running}
     began = time.monotonic()
-    statuses = cluster.start(nodes, settings=overrides, timeout=timeout, echo=echo_progress)
+    mode = "required" if tls_required else "optional" if tls else None
+    statuses = cluster.start(
+        nodes, settings=overrides, tls=mode, timeout=timeout, echo=echo_progress
+    )
     elapsed = time.monotonic() - began
     for s in statuses:
         if s.index > nodes:
@@ -167,6 +179,17 @@ def start(
         click.echo(f"Cassandra {s.version} at {s.endpoint} (node{s.index}, pid {s.pid}, {how})")
     if len(already) < nodes:
         echo_progress(f"ready in {elapsed:.1f}s; data and logs under {cluster.home}")
+    if mode is not None:
+        files = cluster.tls_files
+        endpoints = ",".join(s.endpoint for s in statuses if s.index <= nodes)
+        click.echo(
+            f"TLS {mode}; connect with:\n"
+            f"  export BDQ_CASSANDRA_HOSTS={endpoints}\n"
+            f"  export BDQ_CASSANDRA_TLS_CA_FILE={files.ca}\n"
+            f"  export BDQ_CASSANDRA_TLS_CERT_FILE={files.client_cert}\n"
+            f"  export BDQ_CASSANDRA_TLS_KEY_FILE={files.client_key}\n"
+            f"or the connector options tlsCaFile, tlsCertFile and tlsKeyFile with these paths"
+        )
 
 
 @cassandra.command()

@@ -40,6 +40,25 @@ _CONNECTION_FLAGS = (
         "--consistency",
         f"Read/write consistency, one of {', '.join(CONSISTENCY_LEVELS)}.  [default: LOCAL_QUORUM]",
     ),
+    (
+        "auth_provider",
+        "--auth-provider",
+        "module.Class of a driver auth provider, given the username and password.",
+    ),
+    (
+        "protocol_version",
+        "--protocol-version",
+        "Native protocol version to pin (3, 4 or 5).  [default: the highest the cluster speaks]",
+    ),
+    ("tls", "--tls/--no-tls", "Encrypt connections with TLS.  [default: on with any TLS file]"),
+    ("tls_ca_file", "--tls-ca-file", "PEM bundle of the CAs that sign the nodes' certificates."),
+    ("tls_cert_file", "--tls-cert-file", "PEM client certificate (mutual TLS)."),
+    ("tls_key_file", "--tls-key-file", "PEM private key of the client certificate."),
+    (
+        "tls_check_hostname",
+        "--tls-check-hostname/--no-tls-check-hostname",
+        "Check that each node's certificate names its address.  [default: on]",
+    ),
 )
 
 
@@ -63,8 +82,9 @@ def connection_options(func: Callable[..., R]) -> Callable[..., R]:
     """Add the connection flags to a command and pass it ``settings`` instead.
 
     The flags are ``--hosts``, ``--keyspace``, ``--username``, ``--password``,
-    ``--local-dc`` and ``--consistency``; each (but ``--consistency``) reads its
-    ``BDQ_*`` environment variable when not given.
+    ``--local-dc``, ``--consistency``, ``--auth-provider``, ``--protocol-version``
+    and the ``--tls*`` flags; each (but ``--consistency``) reads its ``BDQ_*``
+    environment variable when not given.
 
     Args:
         func: A click command callback that takes ``settings: ConnectionSettings``.

@@ -34,13 +34,14 @@ def connect(settings: ConnectionSettings, *, only: HostPort | None = None) -> It
         BackendUnavailable: No contact point answered.
     """
     from cassandra import DriverException
-    from cassandra.auth import PlainTextAuthProvider
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile, NoHostAvailable
     from cassandra.policies import (
         DCAwareRoundRobinPolicy,
         TokenAwarePolicy,
         WhiteListRoundRobinPolicy,
     )
+
+    from spark_queue.store.session import new_cluster, no_host_message
 
     hosts = (only,) if only else settings.hosts
     policy = (
@@ -48,16 +49,9 @@ def connect(settings: ConnectionSettings, *, only: HostPort | None = None) -> It
         if only
         else TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc or ""))
     )
-    auth = (
-        PlainTextAuthProvider(settings.username, settings.password)
-        if settings.username is not None
-        else None
-    )
-    cluster = Cluster(
-        contact_points=[(h.host, h.port) for h in hosts],
-        auth_provider=auth,
-        connect_timeout=settings.connect_timeout,
-        control_connection_timeout=settings.connect_timeout,
+    cluster = new_cluster(
+        settings,
+        [(h.host, h.port) for h in hosts],
         execution_profiles={
             EXEC_PROFILE_DEFAULT: ExecutionProfile(
                 load_balancing_policy=policy, request_timeout=settings.request_timeout
@@ -67,7 +61,10 @@ def connect(settings: ConnectionSettings, *, only: HostPort | None = None) -> It
     try:
         try:
             session = cluster.connect()
-        except (NoHostAvailable, DriverException, OSError) as e:
+        except NoHostAvailable as e:
+            where = ", ".join(str(h) for h in hosts)
+            raise BackendUnavailable(f"Cassandra at {where}: {no_host_message(e)}") from e
+        except (DriverException, OSError) as e:
             where = ", ".join(str(h) for h in hosts)
             raise BackendUnavailable(
                 f"Cassandra at {where}: no host answered ({e}); start the local node with"

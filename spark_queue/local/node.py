@@ -24,14 +24,16 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import string
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from spark_queue.errors import LocalNodeError
+from spark_queue.local.tls import TlsFiles, make_certificates
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +120,8 @@ class NodeSpec:
     storage_port: int
     jmx_port: int
     folder: Path
+    #: None for plain text, else "optional" or "required" (client TLS).
+    tls: str | None = None
 
     @property
     def pid_file(self) -> Path:
@@ -241,8 +245,24 @@ class LocalCluster:
                 storage_port=saved["storage_port"],
                 jmx_port=saved["jmx_port"],
                 folder=spec.folder,
+                tls=saved.get("tls"),
             )
         return spec
+
+    @property
+    def tls_files(self) -> TlsFiles:
+        """Where ``start(tls=...)`` keeps the CA, node and client certificates (PEM)."""
+        return TlsFiles(self.home / "tls")
+
+    def client_tls(self) -> ssl.SSLContext:
+        """A client context that trusts this home's CA and shows its client certificate."""
+        files = self.tls_files
+        context = ssl.create_default_context(cafile=str(files.ca))
+        context.load_cert_chain(str(files.client_cert), str(files.client_key))
+        return context
+
+    def _probe_tls(self, spec: NodeSpec) -> ssl.SSLContext | None:
+        return self.client_tls() if spec.tls and self.tls_files.exist() else None
 
     # -- start ---------------------------------------------------------------
 
@@ -251,16 +271,32 @@ class LocalCluster:
         nodes: int = 1,
         *,
         settings: Mapping[str, str] | None = None,
+        tls: str | None = None,
         timeout: float = START_TIMEOUT,
         echo: Callable[[str], None] = log.info,
     ) -> list[NodeStatus]:
         """Start nodes 1..``nodes`` one after another; running ones are left alone.
+
+        Args:
+            nodes: How many nodes.
+            settings: Extra top-level ``cassandra.yaml`` settings.
+            tls: None for plain text; ``"optional"`` serves TLS and plain text on
+                the CQL port, ``"required"`` TLS only. TLS clients must show the
+                client certificate made beside the CA under ``<home>/tls/``.
+            timeout: Seconds each node may take to answer CQL.
+            echo: Where progress lines go.
 
         Returns when every node answers CQL. Raises LocalNodeError, with the end of
         the node's log, when a node cannot start.
         """
         if nodes < 1 or nodes > 9:
             raise LocalNodeError(f"nodes {nodes}: must be between 1 and 9")
+        if tls not in (None, "optional", "required"):
+            raise LocalNodeError(f"tls {tls!r}: must be 'optional', 'required' or None")
+        extra = dict(settings or {})
+        if tls is not None:
+            files = make_certificates(self.tls_files.folder, str(self._first))
+            extra.update(files.node_settings(required=tls == "required"))
         java = find_java()
         classpath = self.classpath(echo)
         agent = next((p for p in classpath if p.name.startswith("jamm-")), None)
@@ -269,7 +305,7 @@ class LocalCluster:
             pid = _live_pid(spec.pid_file)
             if pid is not None:
                 recorded = self._recorded(index)
-                version = _wait_for_cql(recorded, pid, timeout)
+                version = _wait_for_cql(recorded, pid, timeout, self._probe_tls(recorded))
                 echo(
                     f"node{index} already running at {recorded.address}:{recorded.native_port}"
                     f" (pid {pid}, Cassandra {version})"
@@ -285,13 +321,14 @@ class LocalCluster:
                 )
                 continue
             _check_ports_free(spec)
-            self._write_config(spec, auto_bootstrap=index > 1, settings=settings or {})
+            spec = replace(spec, tls=tls)
+            self._write_config(spec, auto_bootstrap=index > 1, settings=extra)
             pid = self._launch(spec, java, classpath, agent)
             echo(
                 f"node{index} starting at {spec.address}:{spec.native_port} (pid {pid}),"
                 f" log {spec.log_file}"
             )
-            version = _wait_for_cql(spec, pid, timeout)
+            version = _wait_for_cql(spec, pid, timeout, self._probe_tls(spec))
             echo(f"node{index} ready: Cassandra {version} at {spec.address}:{spec.native_port}")
         return self.status()
 
@@ -429,7 +466,11 @@ class LocalCluster:
         result = []
         for spec in self.known_nodes():
             pid = _live_pid(spec.pid_file)
-            version = probe_cql(spec.address, spec.native_port) if pid is not None else None
+            version = (
+                probe_cql(spec.address, spec.native_port, ssl_context=self._probe_tls(spec))
+                if pid is not None
+                else None
+            )
             running = pid is not None
             result.append(
                 NodeStatus(spec.index, spec.address, spec.native_port, running, pid, version)
@@ -555,7 +596,9 @@ def _log_tail(spec: NodeSpec, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(parts) or "(the node wrote no log)"
 
 
-def _wait_for_cql(spec: NodeSpec, pid: int, timeout: float) -> str:
+def _wait_for_cql(
+    spec: NodeSpec, pid: int, timeout: float, ssl_context: ssl.SSLContext | None = None
+) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if _live_pid(spec.pid_file) is None:
@@ -569,7 +612,7 @@ def _wait_for_cql(spec: NodeSpec, pid: int, timeout: float) -> str:
                 f" (pid {pid}).\n{_log_tail(spec)}"
             )
         if _port_open(spec.address, spec.native_port):
-            version = probe_cql(spec.address, spec.native_port)
+            version = probe_cql(spec.address, spec.native_port, ssl_context=ssl_context)
             if version:
                 return version
         time.sleep(0.5)
@@ -597,8 +640,13 @@ def _quiet_driver() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def probe_cql(address: str, port: int, timeout: float = 5.0) -> str | None:
-    """``release_version`` of the node at ``address:port``, or None if it does not answer."""
+def probe_cql(
+    address: str, port: int, timeout: float = 5.0, *, ssl_context: ssl.SSLContext | None = None
+) -> str | None:
+    """``release_version`` of the node at ``address:port``, or None if it does not answer.
+
+    ``ssl_context`` connects with TLS (a node that requires it answers nothing else).
+    """
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import WhiteListRoundRobinPolicy
 
@@ -614,7 +662,8 @@ def probe_cql(address: str, port: int, timeout: float = 5.0) -> str | None:
             connect_timeout=timeout,
             control_connection_timeout=timeout,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-            protocol_version=5,
+            protocol_version=5,  # local nodes run Cassandra 5.0: no negotiation needed
+            ssl_context=ssl_context,
         )
         try:
             session = cluster.connect()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -12,7 +15,13 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from spark_queue.errors import InvalidSetting
-from spark_queue.spark.options import SinkOptions, SourceOptions
+from spark_queue.spark.options import (
+    CONNECTION_OPTIONS,
+    SINK_OPTIONS,
+    SOURCE_OPTIONS,
+    SinkOptions,
+    SourceOptions,
+)
 from spark_queue.spark.sink import BdqBatchWriter, BdqStreamWriter, check_sink_schema
 from spark_queue.spark.source import SCHEMA, BdqBatchReader, BdqStreamReader
 
@@ -40,20 +49,41 @@ class BdqDataSource(DataSource):
         ``headers`` (map<string,string>), ``delay_ms`` (bigint).
 
     Connection options (both): ``hosts`` (comma list of host[:port]),
-    ``keyspace``, ``localDc``, ``username``, ``password``, ``consistency``.
-    Each defaults to its ``BDQ_*`` environment variable, then to the local
-    node (127.0.0.1:9042, keyspace ``bdq``).
+    ``keyspace``, ``localDc``, ``username``, ``password``, ``authProvider``,
+    ``consistency``, ``protocolVersion`` (default: negotiated), ``tls``,
+    ``tlsCaFile``, ``tlsCertFile``, ``tlsKeyFile``, ``tlsCheckHostname``
+    (default true). Each option the query does not set comes from the
+    session's ``spark.bdq.<option>`` conf (after ``register(spark)``), then
+    from the Spark Cassandra Connector's key of the same meaning, then from
+    its ``BDQ_*`` environment variable on the driver, then from the default
+    (the local node 127.0.0.1:9042, keyspace ``bdq``).
     """
+
+    #: Options that apply when a query does not set them: the session's
+    #: ``spark.bdq.*`` (and Spark Cassandra Connector) conf, set by ``register``.
+    defaults: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def name(cls) -> str:
         return "bdq"
 
+    @classmethod
+    def with_defaults(cls, defaults: Mapping[str, str]) -> type[BdqDataSource]:
+        """This data source with ``defaults`` under the options each query sets."""
+        lowered = {key.lower(): value for key, value in defaults.items()}
+        return type(cls.__name__, (cls,), {"defaults": lowered, "__module__": cls.__module__})
+
+    def _options(self, own: tuple[str, ...]) -> dict[str, str]:
+        # A default belongs to the source, the sink or both: each takes its own.
+        known = {name.lower() for name in (*own, *CONNECTION_OPTIONS)}
+        given = {key.lower(): value for key, value in self.options.items()}
+        return {**{k: v for k, v in self.defaults.items() if k in known}, **given}
+
     def schema(self) -> StructType:
         return SCHEMA
 
     def _source_options(self, schema: StructType) -> SourceOptions:
-        options = SourceOptions.parse(self.options)
+        options = SourceOptions.parse(self._options(SOURCE_OPTIONS))
         if schema is not None and schema != SCHEMA:
             raise InvalidSetting(
                 f"schema {schema.simpleString()}: the bdq source has a fixed schema,"
@@ -68,13 +98,13 @@ class BdqDataSource(DataSource):
         return BdqStreamReader(self._source_options(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        options = SinkOptions.parse(self.options)
+        options = SinkOptions.parse(self._options(SINK_OPTIONS))
         if overwrite:
             raise InvalidSetting("save mode 'overwrite': the bdq sink only appends messages")
         check_sink_schema(schema, options)
         return BdqBatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        options = SinkOptions.parse(self.options)
+        options = SinkOptions.parse(self._options(SINK_OPTIONS))
         check_sink_schema(schema, options)
         return BdqStreamWriter(options)

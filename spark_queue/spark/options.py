@@ -23,6 +23,13 @@ CONNECTION_OPTIONS = {
     "username": "username",
     "password": "password",
     "consistency": "consistency",
+    "authProvider": "auth_provider",
+    "protocolVersion": "protocol_version",
+    "tls": "tls",
+    "tlsCaFile": "tls_ca_file",
+    "tlsCertFile": "tls_cert_file",
+    "tlsKeyFile": "tls_key_file",
+    "tlsCheckHostname": "tls_check_hostname",
 }
 SOURCE_OPTIONS = ("queue", "visibilityTimeout", "maxMessagesPerTrigger", "orderHint")
 SINK_OPTIONS = ("queue", "writerId")
@@ -73,6 +80,50 @@ def parse_positive_int(option: str, value: str, high: int) -> int:
     return number
 
 
+#: Spark conf prefix of bdq options: ``spark.bdq.<option>`` (names case-insensitive).
+SPARK_CONF_PREFIX = "spark.bdq."
+#: Spark Cassandra Connector keys that mean the same as a bdq option.
+SCC_KEYS = {
+    "spark.cassandra.connection.host": "hosts",
+    "spark.cassandra.connection.localdc": "localDc",
+    "spark.cassandra.auth.username": "username",
+    "spark.cassandra.auth.password": "password",
+    "spark.cassandra.connection.ssl.enabled": "tls",
+}
+_SCC_PORT = "spark.cassandra.connection.port"
+
+
+def options_from_spark_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """bdq options from a Spark conf: ``spark.bdq.<option>``, then the SCC's equivalent keys.
+
+    ``spark.cassandra.connection.port`` applies to SCC hosts given without a
+    port. Keys are returned lower-cased, as the data source sees option names.
+    """
+    found: dict[str, str] = {}
+    lowered = {key.lower(): value for key, value in conf.items()}
+    port = lowered.get(_SCC_PORT.lower())
+    for key, option in SCC_KEYS.items():
+        value = lowered.get(key)
+        if value is None:
+            continue
+        if option == "hosts" and port:
+            value = ",".join(
+                h.strip() if ":" in h else f"{h.strip()}:{port}" for h in value.split(",")
+            )
+        found[option.lower()] = value
+    names = [*CONNECTION_OPTIONS, *dict.fromkeys(SOURCE_OPTIONS + SINK_OPTIONS)]
+    known = {name.lower() for name in names}
+    for key, value in lowered.items():
+        if key.startswith(SPARK_CONF_PREFIX):
+            option = key[len(SPARK_CONF_PREFIX) :]
+            if option not in known:
+                raise InvalidSetting(
+                    f"Spark conf {key!r}: no such bdq option; known options: {', '.join(names)}"
+                )
+            found[option] = value
+    return found
+
+
 def connection_settings(options: Mapping[str, str]) -> ConnectionSettings:
     """Connection settings from the options; the BDQ_* environment fills the gaps."""
     given: dict[str, Any] = {
@@ -100,6 +151,11 @@ def connector_options(settings: ConnectionSettings) -> dict[str, str]:
     if settings.username is not None and settings.password is not None:
         options["username"] = settings.username
         options["password"] = settings.password
+    defaults = ConnectionSettings()
+    for option, name in CONNECTION_OPTIONS.items():
+        value = getattr(settings, name)
+        if option not in options and value is not None and value != getattr(defaults, name):
+            options[option] = str(value).lower() if isinstance(value, bool) else str(value)
     return options
 
 

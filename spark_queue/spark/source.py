@@ -170,21 +170,37 @@ def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
     """Receive (or peek) one partition's messages as one Arrow batch."""
     options = partition.options
     queue = shared_client(options.connection).queue(options.queue)
-    messages: Sequence[Message]
     if partition.peek:
-        messages = queue.peek(partition.max_messages, buckets=partition.buckets)
-    else:
-        messages = queue.receive_step(
-            partition.stream,
-            partition.step,
-            partition.part,
-            partition.max_messages,
-            visibility_timeout=options.visibility_timeout,
-            order_hint=options.order_hint,
-            buckets=partition.buckets,
-        )
+        yield from _peek_pages(queue, partition)
+        return
+    messages = queue.receive_step(
+        partition.stream,
+        partition.step,
+        partition.part,
+        partition.max_messages,
+        visibility_timeout=options.visibility_timeout,
+        order_hint=options.order_hint,
+        buckets=partition.buckets,
+    )
     if messages:
         yield to_record_batch(queue.name, messages)
+
+
+def _peek_pages(queue: Queue, partition: BucketPartition) -> Iterator[pa.RecordBatch]:
+    """Every visible message of the partition's buckets, a page (one receive's limit) at a time.
+
+    A bucket may hold more messages than one peek returns (MAX_BATCH), so a
+    batch read pages through it by id instead of asking for a whole bucket.
+    """
+    remaining, after = partition.max_messages, None
+    while remaining > 0:
+        page = queue.peek(min(remaining, MAX_BATCH), buckets=partition.buckets, after=after)
+        if page:
+            yield to_record_batch(queue.name, page)
+        if len(page) < min(remaining, MAX_BATCH):
+            return
+        remaining -= len(page)
+        after = page[-1].id
 
 
 def to_record_batch(queue: str, messages: Sequence[Message]) -> pa.RecordBatch:
@@ -233,6 +249,10 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._acked_step: int | None = None
         self._report: dict[str, Any] | None = None
         self._report_started = -REPORT_INTERVAL
+        # True while a count runs, so there is never a second one. Only Spark's
+        # planning thread sets it and only the count clears it, so a plain flag
+        # suffices (and the reader stays picklable, which Spark needs).
+        self._counting = False
 
     def _queue(self) -> Queue:
         return shared_client(self.options.connection).queue(self.options.queue)
@@ -304,25 +324,36 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         # Counting costs a bounded number of bucket scans (spark_queue.counting), still
-        # a few round trips: do it beside the stream, not on Spark's planning path.
+        # a few round trips: do it beside the stream, not on Spark's planning path,
+        # and report the last count. One count at a time: a slow count delays the
+        # next one instead of piling threads up behind it.
         now = time.monotonic()
-        if now - self._report_started >= REPORT_INTERVAL:
+        if not self._counting and now - self._report_started >= REPORT_INTERVAL:
+            self._counting = True
             self._report_started = now
-            threading.Thread(target=self._count_backlog, daemon=True).start()
+            try:
+                threading.Thread(
+                    target=self._count_backlog, name="bdq-backlog-count", daemon=True
+                ).start()
+            except BaseException:
+                self._counting = False
+                raise
         return self._report
 
     def _count_backlog(self) -> None:
         try:
             stats = self._queue().stats()
+            self._report = {
+                "visible": stats.visible,
+                "inFlight": stats.in_flight,
+                "delayed": stats.delayed,
+                "oldestAgeSeconds": stats.oldest_age,
+            }
         except SparkQueueError:
             log.warning("bdq source %r: counting the backlog failed", self.options.queue)
-            return
-        self._report = {
-            "visible": stats.visible,
-            "inFlight": stats.in_flight,
-            "delayed": stats.delayed,
-            "oldestAgeSeconds": stats.oldest_age,
-        }
+        finally:
+            self._report_started = time.monotonic()  # the interval runs from the count's end
+            self._counting = False
 
     def prepareForTriggerAvailableNow(self) -> None:
         queue = self._queue()

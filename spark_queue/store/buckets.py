@@ -42,6 +42,10 @@ SCAN_VISIBLE = (
     f"SELECT {_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ?"
     " AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
 )
+SCAN_VISIBLE_AFTER = (
+    f"SELECT {_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id > ?"
+    " AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
+)
 SCAN_UNACKED = (
     "SELECT id, toUnixTimestamp(visible_at), delivery_count, toUnixTimestamp(expires_at)"
     " FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND acked = false ALLOW FILTERING"
@@ -423,11 +427,21 @@ class Buckets:
 
     # -- reads ---------------------------------------------------------------------
 
-    def scan_visible(self, bucket: int, now: int, limit: int) -> list[StoredMessage]:
-        """Up to ``limit`` unacked messages of ``bucket`` visible at ``now``, oldest id first."""
-        rows = self.store.rows(
-            SCAN_VISIBLE, (self.queue_id, bucket, now, limit), what="receiving messages"
-        )
+    def scan_visible(
+        self, bucket: int, now: int, limit: int, after: int | None = None
+    ) -> list[StoredMessage]:
+        """Up to ``limit`` unacked messages of ``bucket`` visible at ``now``, oldest id first.
+
+        ``after`` skips ids up to and including it (the next page of a peek).
+        """
+        if after is None:
+            rows = self.store.rows(
+                SCAN_VISIBLE, (self.queue_id, bucket, now, limit), what="peeking"
+            )
+        else:
+            rows = self.store.rows(
+                SCAN_VISIBLE_AFTER, (self.queue_id, bucket, after, now, limit), what="peeking"
+            )
         return [m for row in rows if (m := _stored(row, bucket)) is not None]
 
     def unacked(self, bucket: int) -> list[tuple[int, int, int, int]]:

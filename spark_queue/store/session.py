@@ -9,9 +9,11 @@ this module is a ``SparkQueueError`` with the driver's error as its cause.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
+import ssl
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,11 +25,12 @@ from cassandra import (
     DriverException,
     InvalidRequest,
     OperationTimedOut,
+    ProtocolVersion,
     ReadTimeout,
     Unavailable,
     WriteTimeout,
 )
-from cassandra.auth import PlainTextAuthProvider
+from cassandra.auth import AuthProvider, PlainTextAuthProvider
 from cassandra.cluster import (
     EXEC_PROFILE_DEFAULT,
     Cluster,
@@ -42,9 +45,23 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
 from spark_queue.config import ConnectionSettings
-from spark_queue.errors import BackendUnavailable, SparkQueueError
+from spark_queue.errors import BackendUnavailable, InvalidSetting, SparkQueueError
 
 log = logging.getLogger(__name__)
+
+
+class _QuietNegotiation(logging.Filter):
+    """Drops the driver's warning on each protocol downgrade while negotiating.
+
+    Negotiating is what spark-queue wants unless the user pins a version (an
+    option does), so the driver's advice to pin one is noise on every connect.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Downgrading core protocol version")
+
+
+logging.getLogger("cassandra.cluster").addFilter(_QuietNegotiation())
 
 #: Execution profile for serial (LWT-consistent) reads.
 SERIAL_READ = "bdq-serial-read"
@@ -232,23 +249,84 @@ def _make_cluster(settings: ConnectionSettings) -> Cluster:
         contact_points, port = [h.host for h in settings.hosts], ports.pop()
     else:
         contact_points, port = [(h.host, h.port) for h in settings.hosts], 9042
-    auth = (
-        PlainTextAuthProvider(settings.username, settings.password)
-        if settings.username is not None
-        else None
-    )
-    return Cluster(
+    return new_cluster(
+        settings,
         contact_points,
         port=port,
         # Requests over one 4 KiB write (a batch of messages) would otherwise
         # wait ~40 ms for the server's delayed ACK (Nagle's algorithm).
         sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-        auth_provider=auth,
         execution_profiles=profiles,
+    )
+
+
+def new_cluster(settings: ConnectionSettings, contact_points: list[Any], **options: Any) -> Cluster:
+    """A driver ``Cluster`` with the security and protocol settings of ``settings``.
+
+    Every connection spark-queue makes goes through here, so TLS, auth and
+    protocol negotiation are the same for the queue, the CLI and the tests.
+    """
+    if settings.protocol_version is not None:
+        options["protocol_version"] = settings.protocol_version
+    cluster = Cluster(
+        contact_points,
+        auth_provider=_auth_provider(settings),
+        ssl_context=_ssl_context(settings),
         connect_timeout=settings.connect_timeout,
         control_connection_timeout=settings.connect_timeout,
-        protocol_version=5,
+        **options,
     )
+    if settings.protocol_version is None:
+        # Not pinned, so the driver still negotiates down (4, 3) where v5 is
+        # refused; starting at v5, the highest Apache Cassandra speaks, saves the
+        # two refused attempts at the DataStax Enterprise versions on every connect.
+        cluster.protocol_version = ProtocolVersion.V5
+    return cluster
+
+
+def _auth_provider(settings: ConnectionSettings) -> AuthProvider | None:
+    """The plain-text provider for a username, or the driver provider the user named."""
+    credentials: dict[str, str] = {}
+    if settings.username is not None and settings.password is not None:
+        credentials = {"username": settings.username, "password": settings.password}
+    if settings.auth_provider is None:
+        return PlainTextAuthProvider(**credentials) if credentials else None
+    module_name, _, class_name = settings.auth_provider.rpartition(".")
+    try:
+        provider_class = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as e:
+        raise InvalidSetting(
+            f"auth_provider {settings.auth_provider!r}: cannot import it ({type(e).__name__})"
+        ) from None
+    try:
+        provider = provider_class(**credentials)
+    except TypeError as e:
+        # The message of a TypeError from a constructor names parameters, never values.
+        raise InvalidSetting(f"auth_provider {settings.auth_provider!r}: {e}") from None
+    if not isinstance(provider, AuthProvider):
+        raise InvalidSetting(
+            f"auth_provider {settings.auth_provider!r}: not a cassandra.auth.AuthProvider"
+        )
+    return provider
+
+
+def _ssl_context(settings: ConnectionSettings) -> ssl.SSLContext | None:
+    """A TLS client context: the given CAs (else the system's), an optional client certificate."""
+    if not settings.tls:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=settings.tls_ca_file)
+        if settings.tls_cert_file is not None:
+            context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    except (OSError, ssl.SSLError) as e:
+        raise InvalidSetting(
+            f"TLS files (tls_ca_file {settings.tls_ca_file!r}, tls_cert_file"
+            f" {settings.tls_cert_file!r}, tls_key_file {settings.tls_key_file!r}):"
+            f" not usable PEM ({e})"
+        ) from None
+    # The driver sends each node's address as the server name when this is on.
+    context.check_hostname = settings.tls_check_hostname
+    return context
 
 
 @contextmanager
@@ -274,10 +352,7 @@ def translated(error: BaseException, what: str) -> SparkQueueError:
     if isinstance(error, SparkQueueError):
         return error
     if isinstance(error, NoHostAvailable):
-        result = BackendUnavailable(
-            f"{what}: no Cassandra host answered ({_first_error(error)}); start a local node with"
-            " 'bdq cassandra start' or point BDQ_CASSANDRA_HOSTS at your cluster"
-        )
+        result = BackendUnavailable(f"{what}: {no_host_message(error)}")
     elif isinstance(error, OperationTimedOut | ReadTimeout | WriteTimeout):
         result = BackendUnavailable(f"{what}: Cassandra did not answer in time ({error})")
     elif isinstance(error, Unavailable):
@@ -294,8 +369,32 @@ def translated(error: BaseException, what: str) -> SparkQueueError:
     return result
 
 
-def _first_error(error: NoHostAvailable) -> str:
+def no_host_message(error: NoHostAvailable) -> str:
+    """Why no host answered, naming the first host and its cause, with the likely fix."""
     errors = getattr(error, "errors", None) or {}
-    for host, cause in errors.items():
-        return f"{host}: {cause}"
-    return str(error)
+    if not errors:
+        return f"no host answered ({error})"
+    host, cause = next(iter(errors.items()))
+    text = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+    # The driver may wrap the ssl module's error in another OSError: go by its text too.
+    if isinstance(cause, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
+        detail = getattr(cause, "verify_message", None) or str(cause).split("] ")[-1]
+        return (
+            f"TLS: the certificate of {host} was not accepted ({detail}); check"
+            " tls_ca_file (the CA that signed the node's certificate) and that the certificate"
+            " names the address you connect to (tls_check_hostname)"
+        )
+    if isinstance(cause, ssl.SSLError) or "[SSL" in text:
+        reason = getattr(cause, "reason", None) or text
+        return (
+            f"TLS handshake with {host} failed ({reason}); does the node speak TLS on this"
+            " port, and does it accept the client certificate?"
+        )
+    hint = (
+        "start a local node with 'bdq cassandra start' or point BDQ_CASSANDRA_HOSTS at your cluster"
+    )
+    if "AuthenticationFailed" in text or "Bad credentials" in text:
+        hint = "check the username and password (or auth_provider)"
+    elif "Connection" in type(cause).__name__ or "closed" in text.lower():
+        hint += "; if the cluster requires TLS, turn tls on"
+    return f"no host answered ({host}: {text}); {hint}"
