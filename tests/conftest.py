@@ -241,6 +241,9 @@ def spark() -> Iterator[SparkSession]:
             .appName("spark-queue-tests")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "2")
+            # Python workers (a stream's source runner) get 15 s to connect back by
+            # default, too little on a loaded 2-core machine.
+            .config("spark.python.authenticate.socketTimeout", "120s")
             .getOrCreate()
         )
         try:

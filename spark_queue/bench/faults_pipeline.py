@@ -59,6 +59,11 @@ TRIGGER_SECONDS = 1.5
 ROW_DELAY_MS = 0
 #: Generous: on a 2-core host shared with other JVMs one run took up to 5 minutes.
 RUN_TIMEOUT = 900.0
+#: The source's lease on a batch's messages. Exactly-once across a crash needs the
+#: restart within it: a batch whose leases ran out before its ack is delivered again
+#: (a whole batch of duplicates, never a loss). At 120 s, on a host where restarts took
+#: minutes, a run duplicated two batches: as many as it had kills right after a commit.
+VISIBILITY_TIMEOUT = RUN_TIMEOUT
 #: A run that ends by itself (a query failed, e.g. while a node was down) is started again.
 MAX_EARLY_EXITS = 10
 
@@ -191,6 +196,7 @@ class Relay:
             "--checkpoint", str(checkpoint), "--writer-id", writer_id,
             "--max-per-trigger", str(max_per_trigger),
             "--trigger-seconds", str(TRIGGER_SECONDS), "--row-delay-ms", str(ROW_DELAY_MS),
+            "--visibility-timeout", f"{VISIBILITY_TIMEOUT:.0f}s",
         ]  # fmt: skip
         self.checkpoint = Checkpoint(checkpoint)
         self.log = log

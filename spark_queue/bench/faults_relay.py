@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         .appName("bdq-relay")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        # Python workers get 15 s to connect back by default: too little on a busy host
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
