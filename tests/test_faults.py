@@ -22,19 +22,11 @@ from spark_queue.bench.faults_report import write_report
 from spark_queue.config import HostPort
 from spark_queue.local import cql
 from spark_queue.local.node import LocalCluster
-from spark_queue.queue import Queue
+from tests.helpers import drain
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.multinode, pytest.mark.slow]
 
 ADDRESSES = ("127.0.0.41", "127.0.0.42", "127.0.0.43")
-
-
-def drain(queue: Queue) -> list[bytes]:
-    payloads = []
-    while deliveries := queue.receive(100):
-        payloads += [d.payload for d in deliveries]
-        queue.ack_batch([d.receipt for d in deliveries])
-    return payloads
 
 
 def eventually(action: Callable[[], object], what: str, timeout: float = 120) -> None:

@@ -22,7 +22,7 @@ from spark_queue import (
 )
 from spark_queue.bench.queue_bench import run_queue_bench
 from spark_queue.local import cql
-from spark_queue.queue import Queue
+from tests.helpers import drain
 
 pytestmark = pytest.mark.cassandra
 
@@ -34,14 +34,6 @@ HOLD = 30.0
 def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
     with QueueClient(settings=keyspace) as c:
         yield c
-
-
-def drain(queue: Queue) -> list[bytes]:
-    payloads = []
-    while deliveries := queue.receive(100):
-        payloads += [d.payload for d in deliveries]
-        queue.ack_batch([d.receipt for d in deliveries])
-    return payloads
 
 
 def failure_of(future: Future[int]) -> BaseException | None:

@@ -22,7 +22,7 @@ from spark_queue import (
     StaleReceipt,
 )
 from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
-from spark_queue.queue import Queue
+from tests.helpers import drain
 
 pytestmark = pytest.mark.cassandra
 
@@ -31,15 +31,6 @@ pytestmark = pytest.mark.cassandra
 def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
     with QueueClient(settings=keyspace) as c:
         yield c
-
-
-def drain(queue: Queue, *, batch: int = 50, wait: float = 0.0) -> list[bytes]:
-    """Receive and ack until the queue has nothing visible."""
-    payloads = []
-    while deliveries := queue.receive(batch, wait=wait):
-        payloads += [d.payload for d in deliveries]
-        queue.ack_batch([d.receipt for d in deliveries])
-    return payloads
 
 
 # -- send, receive, ack ------------------------------------------------------------

@@ -20,6 +20,7 @@ from spark_queue.cli import main
 from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
 from spark_queue.queue import Queue
 from spark_queue.redrive import HEADER_REDRIVES, redriven_headers
+from tests.helpers import drain_deliveries
 
 pytestmark = pytest.mark.cassandra
 
@@ -52,11 +53,7 @@ def dead_letters(client: QueueClient, count: int) -> Queue:
 
 
 def drain(queue: Queue) -> list[tuple[bytes, dict[str, str]]]:
-    got = []
-    while deliveries := queue.receive(100):
-        got += [(d.payload, dict(d.headers)) for d in deliveries]
-        queue.ack_batch([d.receipt for d in deliveries])
-    return got
+    return [(d.payload, dict(d.headers)) for d in drain_deliveries(queue)]
 
 
 def test_headers_lose_the_dead_letter_ones_and_count_redrives() -> None:

@@ -16,6 +16,7 @@ import pytest
 from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.bench.head_bench import traced_receive
 from spark_queue.queue import Queue
+from tests.helpers import drain
 
 pytestmark = pytest.mark.cassandra
 
@@ -26,14 +27,6 @@ SEAL_DELAY = 0.5
 def clients(keyspace: ConnectionSettings) -> Iterator[tuple[QueueClient, QueueClient]]:
     with QueueClient(settings=keyspace) as a, QueueClient(settings=keyspace) as b:
         yield a, b
-
-
-def drain(queue: Queue) -> list[bytes]:
-    payloads = []
-    while deliveries := queue.receive(100):
-        payloads += [d.payload for d in deliveries]
-        queue.ack_batch([d.receipt for d in deliveries])
-    return payloads
 
 
 def seal_and_drop(queue: Queue) -> tuple[int, int]:
