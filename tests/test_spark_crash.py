@@ -11,7 +11,6 @@ planning N+1.
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -23,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from spark_queue import ConnectionSettings, QueueClient
-from spark_queue.bench.faults_pipeline import run_pipeline_faults
 
 pytestmark = [pytest.mark.spark, pytest.mark.cassandra, pytest.mark.slow]
 
@@ -132,29 +130,3 @@ def test_relay_killed_at_several_points_delivers_each_message_exactly_once(
     assert set(source_ids) == set(sent)
     assert [i for i, n in source_ids.items() if n > 1] == []
     assert a.stats(exact=True).total == 0
-
-
-def fault_seed() -> int:
-    """The kill plan's seed: BDQ_FAULT_SEED to replay a run, else random (always printed)."""
-    seed = int(os.environ.get("BDQ_FAULT_SEED") or random.SystemRandom().randrange(2**31))
-    print(f"kill plan seed {seed} (BDQ_FAULT_SEED={seed} replays it)")
-    return seed
-
-
-def test_relay_killed_at_ten_random_points_moves_20000_messages_exactly_once(
-    keyspace: ConnectionSettings, tmp_path: Path
-) -> None:
-    # Given 20000 messages in a source queue and a relay with a writerId, killed
-    # (whole process group) at 10 points of a seeded plan and restarted from its
-    # checkpoint each time, then drained with availableNow
-    seed = fault_seed()
-    result = run_pipeline_faults(keyspace, tmp_path, messages=20_000, kills=10, seed=seed)
-
-    # Then all ten kills landed, and by source id the target holds every message
-    # once with its payload, and both queues are empty
-    where = f"seed {seed}, kills {[(k.phase, k.landed) for k in result.kills]}"
-    assert sum(k.killed for k in result.kills) == 10, where
-    assert (result.missing, result.extra, result.corrupt) == (0, 0, 0), where
-    assert result.duplicates == 0, where
-    assert result.delivered == 20_000, where
-    assert (result.source_left, result.target_left) == (0, 0), where
