@@ -89,9 +89,12 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def remote(connect_url: str) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
+    # The suite's local SparkSession may already run in this process, and the
+    # classic builder refuses a remote session beside it (SESSION_ALREADY_EXIST);
+    # the Connect client's own builder makes one regardless.
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
 
-    session = SparkSession.builder.remote(connect_url).getOrCreate()
+    session = RemoteSession.builder.remote(connect_url).create()
     try:
         yield session
     finally:
