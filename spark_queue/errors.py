@@ -57,3 +57,10 @@ class BackendUnavailable(SparkQueueError):
 
 class LocalNodeError(SparkQueueError):
     """The local Cassandra node could not be started, stopped or inspected."""
+
+
+class DataLoss(SparkQueueError):
+    """A replayed consumer step found messages it had leased gone (TTL, purge, re-created queue).
+
+    The Spark source raises it when ``failOnDataLoss`` is true (the default).
+    """

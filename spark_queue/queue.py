@@ -418,6 +418,7 @@ class Queue:
         visibility_timeout: float | None = None,
         order_hint: int | None = None,
         buckets: Sequence[int] | None = None,
+        fail_on_data_loss: bool = False,
     ) -> list[Delivery]:
         """Receive for one step of a replayable consumer, or replay it (see ``steps.py``).
 
@@ -425,13 +426,33 @@ class Queue:
         does and records the deliveries in the journal before returning them.
         Any later call returns the same deliveries (same messages, same
         receipts) instead of receiving new ones.
+
+        Raises:
+            DataLoss: With ``fail_on_data_loss``, a replay found messages gone.
         """
         return self._steps.receive(
             consumer,
             step,
             part,
             lambda: self.receive(max_messages, visibility_timeout, order_hint, buckets=buckets),
+            fail_on_data_loss=fail_on_data_loss,
         )
+
+    def renew_step(
+        self, consumer: str, step: int, visibility_timeout: float | None = None
+    ) -> tuple[int, int]:
+        """Extend the leases of a consumer step by ``visibility_timeout`` from now.
+
+        Costs one journal read and one conditional batch per bucket; a lease
+        already lost is not revived.
+
+        Returns:
+            ``(renewed, lost)``.
+        """
+        timeout = (
+            self.settings.visibility_timeout if visibility_timeout is None else visibility_timeout
+        )
+        return self._steps.renew(consumer, step, round(timeout * 1000))
 
     def ack_step(self, consumer: str, step: int) -> tuple[int, int]:
         """Ack everything a consumer step received, then forget the step.

@@ -14,6 +14,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 
+from spark_queue.errors import DataLoss
 from spark_queue.message import Delivery, Receipt
 from spark_queue.receiving import delivery_of
 from spark_queue.store.buckets import Buckets, LeaseCheck, LeaseWrite, now_ms
@@ -43,11 +44,34 @@ class Steps:
     def queue_id(self) -> uuid.UUID:
         return self._buckets.queue_id
 
-    def receive(self, consumer: str, step: int, part: int, receive: Receive) -> list[Delivery]:
-        """The deliveries of ``(consumer, step, part)``: recorded ones, else ``receive()``'s."""
+    def receive(
+        self,
+        consumer: str,
+        step: int,
+        part: int,
+        receive: Receive,
+        *,
+        fail_on_data_loss: bool = False,
+    ) -> list[Delivery]:
+        """The deliveries of ``(consumer, step, part)``: recorded ones, else ``receive()``'s.
+
+        Raises:
+            DataLoss: With ``fail_on_data_loss``, when a replay finds recorded
+                messages gone (naming the queue, the step and the count);
+                without it, they are logged and left out.
+        """
         recorded = self._journal.recorded(consumer, step, part)
         if recorded is not None:
-            return self._redeliver(recorded)
+            deliveries = self._redeliver(recorded)
+            gone = len(recorded) - len(deliveries)
+            if gone and fail_on_data_loss:
+                raise DataLoss(
+                    f"queue {self._name!r}: step {step} (part {part}) of stream {consumer!r}"
+                    f" was replayed and {gone} of its {len(recorded)} message(s) are gone"
+                    " (expired by TTL, purged, or the queue was re-created); set option"
+                    " failOnDataLoss=false to log this and go on"
+                )
+            return deliveries
         deliveries = receive()
         self._journal.record(
             consumer,
@@ -71,6 +95,24 @@ class Steps:
         )
         self._journal.forget(consumer, step)
         return len(entries) - len(stale), len(stale)
+
+    def renew(self, consumer: str, step: int, timeout_ms: int) -> tuple[int, int]:
+        """Push the leases a step recorded ``timeout_ms`` into the future; ``(renewed, lost)``.
+
+        One journal read and one conditional batch per bucket. The lease
+        tokens stay the same, so the step's receipts (and its ack) stay valid;
+        a lease already lost (ran out and redelivered, or acked) stays lost.
+        """
+        entries = self._journal.step_entries(consumer, step)
+        if not entries:
+            return 0, 0
+        now = now_ms()
+        lost = self._buckets.renew_leases(
+            [LeaseCheck(e.bucket, e.id, e.lease, e.expires_at) for e in entries],
+            now + timeout_ms,
+            now,
+        )
+        return len(entries) - len(lost), len(lost)
 
     def _redeliver(self, entries: Sequence[JournalEntry]) -> list[Delivery]:
         by_bucket: dict[int, list[int]] = {}

@@ -58,6 +58,7 @@ from spark_queue.errors import InvalidSetting, SparkQueueError
 from spark_queue.message import Message
 from spark_queue.queue import Queue
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
+from spark_queue.spark.renewal import LeaseRenewal, renewal_period
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
@@ -253,6 +254,16 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # planning thread sets it and only the count clears it, so a plain flag
         # suffices (and the reader stays picklable, which Spark needs).
         self._counting = False
+        self._renewal: LeaseRenewal | None = None
+        self._stream = ""
+        #: Acks of this query that found the lease lost (each a duplicate downstream).
+        self.stale_acks = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A thread does not pickle; a copy of the reader starts its own renewal.
+        state = dict(self.__dict__)
+        state["_renewal"] = None
+        return state
 
     def _queue(self) -> Queue:
         return shared_client(self.options.connection).queue(self.options.queue)
@@ -282,9 +293,9 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         buckets = queue.visible_buckets(wanted, below=self._available_now_tail)
         if buckets:
             split = shares(max_rows, len(buckets), queue.settings.bucket_size)
-            return Offset(
-                begin.stream, begin.step + 1, tuple(buckets[: len(split)]), tuple(split)
-            ).to_dict()
+            end = Offset(begin.stream, begin.step + 1, tuple(buckets[: len(split)]), tuple(split))
+            self._track(end)
+            return end.to_dict()
         if begin.buckets:
             # Nothing new, but the last step leased messages: an empty step
             # makes Spark commit it now instead of after the next message.
@@ -296,6 +307,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         last = Offset.from_dict(end)
         if not last.buckets or last.step == Offset.from_dict(start).step:
             return []
+        self._track(last)  # a replay after a restart is planned here, not in latestOffset
         return [
             BucketPartition(self.options, (bucket,), share, last.stream, last.step, part)
             for part, (bucket, share) in enumerate(zip(last.buckets, last.shares, strict=True))
@@ -311,6 +323,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         queue = self._queue()
         for step in range(first, last.step + 1):
             acked, stale = queue.ack_step(last.stream, step)
+            self.stale_acks += stale
             if stale:
                 log.warning(
                     "bdq source %r: step %d: %d message(s) were redelivered elsewhere before the"
@@ -321,6 +334,29 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             log.debug("bdq source %r: step %d acked %d message(s)", self.options.queue, step, acked)
         self._acked_step = max(last.step, self._acked_step or 0)
+        if self._renewal is not None:
+            self._renewal.done(self._acked_step)
+
+    # -- lease renewal (spark_queue.spark.renewal) ----------------------------------------
+
+    def _track(self, step: Offset) -> None:
+        """Keep ``step``'s leases alive until it is acked."""
+        if self._renewal is None:
+            timeout = self.options.visibility_timeout or self._queue().settings.visibility_timeout
+            self._renewal = LeaseRenewal(
+                self._renew, renewal_period(timeout), ",".join([self.options.queue])
+            )
+        self._renewal.track(step.step, [self.options.queue])
+        self._stream = step.stream
+
+    def _renew(self, queue: str, step: int) -> tuple[int, int]:
+        handle = shared_client(self.options.connection).queue(queue)
+        return handle.renew_step(self._stream, step, self.options.visibility_timeout)
+
+    def stop(self) -> None:
+        """The query stops: renewal stops, so unacked leases run out one timeout later."""
+        if self._renewal is not None:
+            self._renewal.stop()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         # Counting costs a bounded number of bucket scans (spark_queue.counting), still
@@ -338,7 +374,9 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except BaseException:
                 self._counting = False
                 raise
-        return self._report
+        if self._report is None:
+            return None
+        return {**self._report, "staleAcks": self.stale_acks}
 
     def _count_backlog(self) -> None:
         try:

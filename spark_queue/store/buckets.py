@@ -561,3 +561,31 @@ class Buckets:
         self.store.execute_many(
             [(DROP, (self.queue_id, b)) for b in buckets], what="dropping buckets"
         )
+
+    # -- lease renewal (the Spark source's driver) ------------------------------------
+
+    def renew_leases(self, checks: Sequence[LeaseCheck], visible_at: int, now: int) -> set[int]:
+        """Move each message's ``visible_at`` if ``check.lease`` is still its lease; return misses.
+
+        One conditional batch per bucket (``IF lease = <recorded> AND acked =
+        false`` per row), so a renewal costs a write per bucket, not per
+        message, and never revives a lease that ran out and went to another
+        consumer meanwhile (or a message acked already). The lease token is
+        kept, so the receipts handed out stay valid. Returns the ids missed.
+        """
+        missed = self._where_lease(
+            RELEASE_PENDING,  # the same conditional move of visible_at
+            {
+                (c.bucket, c.id): (
+                    ttl_left(c.expires_at, now),
+                    visible_at,
+                    self.queue_id,
+                    c.bucket,
+                    c.id,
+                    c.lease,
+                )
+                for c in checks
+            },
+            what="renewing leases",
+        )
+        return {message_id for _, message_id in missed}
