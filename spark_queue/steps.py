@@ -116,18 +116,24 @@ class Steps:
 
     def _redeliver(self, entries: Sequence[JournalEntry]) -> list[Delivery]:
         by_bucket: dict[int, list[int]] = {}
+        by_lease = {(e.bucket, e.id): e.lease for e in entries}
         for e in entries:
             by_bucket.setdefault(e.bucket, []).append(e.id)
         stored = {
             (m.bucket, m.id): m
             for bucket, ids in by_bucket.items()
-            for m, _ in self._buckets.read(bucket, ids)
+            for m, acked in self._buckets.read(bucket, ids)
+            # Acked under the lease this step recorded: only a purge does that
+            # (the step itself acks only after Spark committed it, never replays).
+            if not (acked and m.lease == by_lease.get((m.bucket, m.id)))
         }
         deliveries = []
         for e in entries:
             m = stored.get((e.bucket, e.id))
             if m is None:
-                log.warning("queue %r: replayed message %d is gone (expired?)", self._name, e.id)
+                log.warning(
+                    "queue %r: replayed message %d is gone (expired or purged)", self._name, e.id
+                )
                 continue
             write = LeaseWrite(
                 e.bucket, e.id, e.lease, m.visible_at, e.delivery_count, e.expires_at

@@ -34,11 +34,18 @@ class BdqDataSource(DataSource):
     headers map<string,string>, enqueued_at timestamp, delivery_count int``.
 
     Source options (names are case-insensitive):
-        queue: Queue to read. Required.
-        visibilityTimeout: Lease of a micro-batch's messages, such as ``'60s'``:
-            longer than a batch takes from read to commit. Default: the queue's.
+        queue: Queue to read, or a comma list of queues. Required unless
+            ``queuePattern`` is given.
+        queuePattern: Regular expression over the keyspace's queue names;
+            queues created while the query runs join it.
+        visibilityTimeout: Lease of a micro-batch's messages, such as ``'60s'``;
+            the driver renews it until the batch is acked. Default: the queue's.
         maxMessagesPerTrigger: Most messages per micro-batch. Default: no
             option (at most 100000 per batch).
+        minMessagesPerTrigger: Fewest messages a micro-batch waits for, unless
+            ``maxTriggerDelay`` (default ``'15m'``) passed since the last batch.
+        failOnDataLoss: Fail when a replayed micro-batch finds messages gone
+            (default true); false logs them and goes on.
         orderHint: K of each receive. Default: the queue's.
 
     Sink options:

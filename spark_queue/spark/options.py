@@ -31,13 +31,25 @@ CONNECTION_OPTIONS = {
     "tlsKeyFile": "tls_key_file",
     "tlsCheckHostname": "tls_check_hostname",
 }
-SOURCE_OPTIONS = ("queue", "visibilityTimeout", "maxMessagesPerTrigger", "orderHint")
+SOURCE_OPTIONS = (
+    "queue",
+    "queuePattern",
+    "visibilityTimeout",
+    "maxMessagesPerTrigger",
+    "minMessagesPerTrigger",
+    "maxTriggerDelay",
+    "orderHint",
+    "failOnDataLoss",
+)
 SINK_OPTIONS = ("queue", "writerId")
 #: Spark's own options, which it passes on to sources and sinks.
 SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 
 #: Messages one micro-batch leases when no limit is set (bounds executor memory).
 DEFAULT_MAX_MESSAGES_PER_TRIGGER = 100_000
+#: Seconds a stream waits for ``minMessagesPerTrigger`` before it runs a smaller batch
+#: (Kafka's ``maxTriggerDelay`` default).
+DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*")
 _UNIT_SECONDS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -159,17 +171,54 @@ def connector_options(settings: ConnectionSettings) -> dict[str, str]:
     return options
 
 
+def parse_bool(option: str, value: str) -> bool:
+    lowered = str(value).strip().lower()
+    if lowered not in ("true", "false"):
+        raise InvalidSetting(f"option {option!r} = {value!r}: must be 'true' or 'false'")
+    return lowered == "true"
+
+
+def parse_queues(value: str) -> tuple[str, ...]:
+    """A comma list of queue names, each checked, in the order given, without repeats."""
+    names = [name.strip() for name in str(value).split(",")]
+    if not all(names):
+        raise InvalidSetting(
+            f"option 'queue' = {value!r}: must be one queue name or a comma list of names"
+        )
+    return tuple(dict.fromkeys(check_queue_name(name) for name in names))
+
+
+def parse_pattern(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise InvalidSetting(
+            f"option 'queuePattern' = {value!r}: not a regular expression ({e})"
+        ) from e
+    return value
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """Options of ``spark.readStream.format("bdq")`` and ``spark.read.format("bdq")``.
 
     Attributes:
-        queue: Queue to read (required).
+        queue: Queue to read: the first of ``queues``, or, in the options an
+            input partition carries, that partition's queue ("" with a
+            pattern before it is resolved).
         connection: Where the queue lives.
         visibility_timeout: Lease per micro-batch in seconds; None for the queue's.
         max_messages_per_trigger: Most messages per micro-batch; None for no
             option (Spark's ReadAllAvailable, capped at 100000 per batch).
         order_hint: K per receive; None for the queue's.
+        queues: Every queue named by the ``queue`` option (a comma list).
+        queue_pattern: Regular expression over the keyspace's queue names
+            (``queuePattern``), matched in full; None with ``queue``.
+        min_messages_per_trigger: Fewest messages a micro-batch waits for,
+            unless ``max_trigger_delay`` passed since the last batch.
+        max_trigger_delay: Seconds (see above).
+        fail_on_data_loss: Fail the query when a replayed micro-batch finds
+            messages gone; False logs them and goes on.
     """
 
     queue: str
@@ -177,23 +226,61 @@ class SourceOptions:
     visibility_timeout: float | None
     max_messages_per_trigger: int | None
     order_hint: int | None
+    queues: tuple[str, ...] = ()
+    queue_pattern: str | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
+    fail_on_data_loss: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         opts = _lower(options)
         _check_known(opts, SOURCE_OPTIONS, "source")
-        if "queue" not in opts:
-            raise InvalidSetting("option 'queue' is required: the name of the queue to read")
+        if ("queue" in opts) == ("queuepattern" in opts):
+            raise InvalidSetting(
+                "option 'queue' is required: the name of the queue to read, a comma list"
+                " of names, or instead option 'queuePattern' (a regular expression);"
+                " not both"
+            )
+        queues = parse_queues(opts["queue"]) if "queue" in opts else ()
+        pattern = parse_pattern(opts["queuepattern"]) if "queuepattern" in opts else None
         vt = opts.get("visibilitytimeout")
         limit = opts.get("maxmessagespertrigger")
+        minimum = opts.get("minmessagespertrigger")
+        delay = opts.get("maxtriggerdelay")
         hint = opts.get("orderhint")
+        fail = opts.get("failondataloss")
+        if delay is not None and minimum is None:
+            raise InvalidSetting(
+                f"option 'maxTriggerDelay' = {delay!r}: applies only with 'minMessagesPerTrigger'"
+            )
+        min_messages = (
+            None
+            if minimum is None
+            else parse_positive_int("minMessagesPerTrigger", minimum, 10_000_000)
+        )
+        max_messages = (
+            None
+            if limit is None
+            else parse_positive_int("maxMessagesPerTrigger", limit, 10_000_000)
+        )
+        if min_messages and min_messages > (max_messages or DEFAULT_MAX_MESSAGES_PER_TRIGGER):
+            raise InvalidSetting(
+                f"option 'minMessagesPerTrigger' = {minimum!r}: must not exceed"
+                f" maxMessagesPerTrigger ({max_messages or DEFAULT_MAX_MESSAGES_PER_TRIGGER})"
+            )
         return cls(
-            queue=check_queue_name(opts["queue"]),
+            queue=queues[0] if queues else "",
+            queues=queues,
+            queue_pattern=pattern,
+            min_messages_per_trigger=min_messages,
+            max_trigger_delay=DEFAULT_MAX_TRIGGER_DELAY
+            if delay is None
+            else parse_duration("maxTriggerDelay", delay),
+            fail_on_data_loss=True if fail is None else parse_bool("failOnDataLoss", fail),
             connection=connection_settings(opts),
             visibility_timeout=None if vt is None else parse_duration("visibilityTimeout", vt),
-            max_messages_per_trigger=None
-            if limit is None
-            else parse_positive_int("maxMessagesPerTrigger", limit, 10_000_000),
+            max_messages_per_trigger=max_messages,
             order_hint=None
             if hint is None
             else parse_positive_int("orderHint", hint, defaults.MAX_ORDER_HINT),

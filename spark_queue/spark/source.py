@@ -21,10 +21,12 @@ How a micro-batch maps onto the queue:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 import uuid
@@ -54,11 +56,13 @@ from pyspark.sql.types import (
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.defaults import MAX_BATCH
-from spark_queue.errors import InvalidSetting, SparkQueueError
+from spark_queue.errors import InvalidSetting, QueueNotFound, SparkQueueError
 from spark_queue.message import Message
 from spark_queue.queue import Queue
+from spark_queue.spark import planning
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
 from spark_queue.spark.renewal import LeaseRenewal, renewal_period
+from spark_queue.store.buckets import now_ms
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
@@ -92,28 +96,54 @@ MAX_PARTITIONS = 64
 IDLE_POLL = 0.1
 #: Seconds between two counts reported in the streaming progress.
 REPORT_INTERVAL = 10.0
+#: Seconds between two matches of ``queuePattern`` against the keyspace's queues.
+PATTERN_REFRESH = 5.0
 
 
 @dataclass(frozen=True)
 class Offset:
     """One step of the stream, as Spark stores it in the checkpoint.
 
-    ``buckets`` and ``shares`` (messages each bucket's partition may lease)
-    are fixed when the step is planned, so a replay splits the same way.
+    ``buckets``, ``shares`` (messages each bucket's partition may lease) and
+    ``queues`` (the queue of each bucket) are fixed when the step is planned,
+    so a replay splits the same way. Offsets written before the source read
+    several queues have no ``queues``: their buckets belong to the one queue
+    of the ``queue`` option (see ``parts``).
     """
 
     stream: str
     step: int
     buckets: tuple[int, ...] = ()
     shares: tuple[int, ...] = ()
+    queues: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        value: dict[str, Any] = {
             "stream": self.stream,
             "step": self.step,
             "buckets": list(self.buckets),
             "shares": list(self.shares),
         }
+        if self.queues:
+            value["queues"] = list(self.queues)
+        return value
+
+    def parts(self, queues: Sequence[str]) -> list[tuple[str, int, int]]:
+        """``(queue, bucket, share)`` of each partition; ``queues`` is the ``queue`` option.
+
+        Raises:
+            InvalidSetting: An offset without queue names (written by an older
+                source) while the source does not read exactly one queue.
+        """
+        if self.queues or not self.buckets:
+            return list(zip(self.queues, self.buckets, self.shares, strict=True))
+        if len(queues) != 1:
+            raise InvalidSetting(
+                f"offset of step {self.step}: written by a bdq source that read one queue and"
+                " did not name it; restart this checkpoint with option 'queue' set to that"
+                " single queue (a list or 'queuePattern' can start a new checkpoint)"
+            )
+        return [(queues[0], b, n) for b, n in zip(self.buckets, self.shares, strict=True)]
 
     @classmethod
     def from_dict(cls, value: dict[str, Any]) -> Offset:
@@ -123,13 +153,18 @@ class Offset:
                 int(value["step"]),
                 tuple(int(b) for b in value.get("buckets", ())),
                 tuple(int(n) for n in value.get("shares", ())),
+                tuple(str(q) for q in value.get("queues", ())),
             )
         except (KeyError, TypeError, ValueError) as e:
             offset = None
             cause: Exception | None = e
         else:
             cause = None
-        if offset is None or len(offset.shares) != len(offset.buckets):
+        if (
+            offset is None
+            or len(offset.shares) != len(offset.buckets)
+            or len(offset.queues) not in (0, len(offset.buckets))
+        ):
             raise InvalidSetting(
                 f"offset {json.dumps(value)}: not a bdq offset"
                 " (was the checkpoint written by another source?)"
@@ -182,6 +217,7 @@ def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
         visibility_timeout=options.visibility_timeout,
         order_hint=options.order_hint,
         buckets=partition.buckets,
+        fail_on_data_loss=options.fail_on_data_loss,
     )
     if messages:
         yield to_record_batch(queue.name, messages)
@@ -246,7 +282,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._idle_answer: tuple[str, float] | None = None
-        self._available_now_tail: int | None = None
+        self._available_now_tails: dict[str, int] | None = None
         self._acked_step: int | None = None
         self._report: dict[str, Any] | None = None
         self._report_started = -REPORT_INTERVAL
@@ -256,6 +292,10 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._counting = False
         self._renewal: LeaseRenewal | None = None
         self._stream = ""
+        #: Queues each planned, not yet acked step leased from.
+        self._step_queues: dict[int, frozenset[str]] = {}
+        self._matched: tuple[tuple[str, ...], float] | None = None
+        self._last_batch = time.monotonic()
         #: Acks of this query that found the lease lost (each a duplicate downstream).
         self.stale_acks = 0
 
@@ -265,14 +305,33 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state["_renewal"] = None
         return state
 
-    def _queue(self) -> Queue:
-        return shared_client(self.options.connection).queue(self.options.queue)
+    def _queue(self, name: str | None = None) -> Queue:
+        return shared_client(self.options.connection).queue(name or self.options.queue)
+
+    def queue_names(self) -> tuple[str, ...]:
+        """The queues this source reads now: the ``queue`` list, or the pattern's matches.
+
+        A pattern is matched again every PATTERN_REFRESH seconds (one read of
+        the queue list), so queues created while the query runs join it.
+        """
+        if self.options.queue_pattern is None:
+            return self.options.queues
+        now = time.monotonic()
+        if self._matched is None or now >= self._matched[1]:
+            regex = re.compile(self.options.queue_pattern)
+            names = shared_client(self.options.connection).list_queues()
+            matched = tuple(n for n in names if regex.fullmatch(n))
+            self._matched = (matched, now + PATTERN_REFRESH)
+        return self._matched[0]
 
     def initialOffset(self) -> dict[str, Any]:
-        self._queue()  # an unknown queue fails at query start, not at the first batch
+        for name in self.options.queues:
+            self._queue(name)  # an unknown queue fails at query start, not at the first batch
         return Offset(stream=uuid.uuid4().hex, step=0).to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # pyspark 4.3 has no composite limit, so minMessagesPerTrigger and
+        # maxTriggerDelay are applied in latestOffset (planning.wait_for_more).
         limit = self.options.max_messages_per_trigger
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
@@ -288,12 +347,29 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = (
             limit.max_rows if isinstance(limit, ReadMaxRows) else DEFAULT_MAX_MESSAGES_PER_TRIGGER
         )
-        queue = self._queue()
-        wanted = min(MAX_PARTITIONS, math.ceil(max_rows / queue.settings.bucket_size))
-        buckets = queue.visible_buckets(wanted, below=self._available_now_tail)
-        if buckets:
-            split = shares(max_rows, len(buckets), queue.settings.bucket_size)
-            end = Offset(begin.stream, begin.step + 1, tuple(buckets[: len(split)]), tuple(split))
+        found = []
+        for name in self.queue_names():
+            tails = self._available_now_tails
+            if tails is not None and name not in tails:
+                continue  # created after availableNow started: not part of this run
+            try:
+                queue = self._queue(name)
+            except QueueNotFound:
+                continue  # a matched queue deleted meanwhile
+            size = queue.settings.bucket_size
+            wanted = min(MAX_PARTITIONS, math.ceil(max_rows / size))
+            below = None if tails is None else tails[name]
+            found.append([(name, b, size) for b in queue.visible_buckets(wanted, below=below)])
+        plan = planning.plan(found, max_rows, MAX_PARTITIONS)
+        if plan and not self._wait_for_more(plan):
+            end = Offset(
+                begin.stream,
+                begin.step + 1,
+                tuple(p.bucket for p in plan),
+                tuple(p.share for p in plan),
+                tuple(p.queue for p in plan),
+            )
+            self._last_batch = time.monotonic()
             self._track(end)
             return end.to_dict()
         if begin.buckets:
@@ -303,14 +379,41 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._idle_answer = (key, time.monotonic() + IDLE_POLL)
         return start
 
+    def _wait_for_more(self, plan: Sequence[planning.Part]) -> bool:
+        """True while fewer than minMessagesPerTrigger are visible and the delay has not passed.
+
+        Counts at most ``minMessagesPerTrigger`` visible ids in the planned
+        buckets (no payloads): the cost is bounded by that option, not by the backlog.
+        """
+        least = self.options.min_messages_per_trigger
+        if least is None or self._available_now_tails is not None:
+            return False  # availableNow drains what there is
+        if time.monotonic() - self._last_batch >= self.options.max_trigger_delay:
+            return False
+        visible = 0
+        for part in plan:
+            if visible >= least:
+                break
+            queue = self._queue(part.queue)
+            visible += len(queue.buckets.scan_candidates(part.bucket, now_ms(), least - visible))
+        return visible < least
+
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         last = Offset.from_dict(end)
         if not last.buckets or last.step == Offset.from_dict(start).step:
             return []
+        parts = last.parts(self.options.queues)
         self._track(last)  # a replay after a restart is planned here, not in latestOffset
         return [
-            BucketPartition(self.options, (bucket,), share, last.stream, last.step, part)
-            for part, (bucket, share) in enumerate(zip(last.buckets, last.shares, strict=True))
+            BucketPartition(
+                dataclasses.replace(self.options, queue=name),
+                (bucket,),
+                share,
+                last.stream,
+                last.step,
+                index,
+            )
+            for index, (name, bucket, share) in enumerate(parts)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -320,43 +423,57 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         last = Offset.from_dict(end)
         first = last.step if self._acked_step is None else self._acked_step + 1
-        queue = self._queue()
         for step in range(first, last.step + 1):
-            acked, stale = queue.ack_step(last.stream, step)
-            self.stale_acks += stale
-            if stale:
-                log.warning(
-                    "bdq source %r: step %d: %d message(s) were redelivered elsewhere before the"
-                    " commit (lease ran out): duplicates downstream",
-                    self.options.queue,
-                    step,
-                    stale,
-                )
-            log.debug("bdq source %r: step %d acked %d message(s)", self.options.queue, step, acked)
+            # A step planned before a restart is not in memory: ack it on every queue.
+            queues = self._step_queues.pop(step, None)
+            for name in sorted(queues or {*self.options.queues, *self.queue_names()}):
+                self._ack(name, last.stream, step)
         self._acked_step = max(last.step, self._acked_step or 0)
         if self._renewal is not None:
             self._renewal.done(self._acked_step)
+
+    def _ack(self, name: str, stream: str, step: int) -> None:
+        try:
+            acked, stale = self._queue(name).ack_step(stream, step)
+        except QueueNotFound:
+            log.warning("bdq source: queue %r was deleted before step %d was acked", name, step)
+            return
+        self.stale_acks += stale
+        if stale:
+            log.warning(
+                "bdq source %r: step %d: %d message(s) were redelivered elsewhere before the"
+                " commit (lease ran out): duplicates downstream",
+                name,
+                step,
+                stale,
+            )
+        log.debug("bdq source %r: step %d acked %d message(s)", name, step, acked)
 
     # -- lease renewal (spark_queue.spark.renewal) ----------------------------------------
 
     def _track(self, step: Offset) -> None:
         """Keep ``step``'s leases alive until it is acked."""
-        if self._renewal is None:
-            timeout = self.options.visibility_timeout or self._queue().settings.visibility_timeout
-            self._renewal = LeaseRenewal(
-                self._renew, renewal_period(timeout), ",".join([self.options.queue])
-            )
-        self._renewal.track(step.step, [self.options.queue])
+        queues = frozenset(name for name, _, _ in step.parts(self.options.queues))
+        self._step_queues[step.step] = queues
         self._stream = step.stream
+        timeout = self.options.visibility_timeout or min(
+            self._queue(name).settings.visibility_timeout for name in queues
+        )
+        if self._renewal is None:
+            label = self.options.queue_pattern or ",".join(self.options.queues)
+            self._renewal = LeaseRenewal(self._renew, renewal_period(timeout), label)
+        self._renewal.period = min(self._renewal.period, renewal_period(timeout))
+        self._renewal.track(step.step, queues)
 
     def _renew(self, queue: str, step: int) -> tuple[int, int]:
-        handle = shared_client(self.options.connection).queue(queue)
-        return handle.renew_step(self._stream, step, self.options.visibility_timeout)
+        return self._queue(queue).renew_step(self._stream, step, self.options.visibility_timeout)
 
     def stop(self) -> None:
         """The query stops: renewal stops, so unacked leases run out one timeout later."""
         if self._renewal is not None:
             self._renewal.stop()
+
+    # -- progress -------------------------------------------------------------------------
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         # Counting costs a bounded number of bucket scans (spark_queue.counting), still
@@ -380,12 +497,15 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _count_backlog(self) -> None:
         try:
-            stats = self._queue().stats()
+            stats = [self._queue(name).stats() for name in self.queue_names()]
             self._report = {
-                "visible": stats.visible,
-                "inFlight": stats.in_flight,
-                "delayed": stats.delayed,
-                "oldestAgeSeconds": stats.oldest_age,
+                "visible": sum(s.visible for s in stats),
+                "inFlight": sum(s.in_flight for s in stats),
+                "delayed": sum(s.delayed for s in stats),
+                "oldestAgeSeconds": max(
+                    (s.oldest_age for s in stats if s.oldest_age is not None), default=None
+                ),
+                "queues": len(stats),
             }
         except SparkQueueError:
             log.warning("bdq source %r: counting the backlog failed", self.options.queue)
@@ -394,9 +514,12 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._counting = False
 
     def prepareForTriggerAvailableNow(self) -> None:
-        queue = self._queue()
-        queue.live_buckets()  # refreshes the handle's view of the sequence
-        self._available_now_tail = queue.tail
+        tails = {}
+        for name in self.queue_names():
+            queue = self._queue(name)
+            queue.live_buckets()  # refreshes the handle's view of the sequence
+            tails[name] = queue.tail
+        self._available_now_tails = tails
 
 
 class BdqBatchReader(DataSourceReader):
@@ -406,9 +529,20 @@ class BdqBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        queue = shared_client(self.options.connection).queue(self.options.queue)
-        size = queue.settings.bucket_size
-        return [BucketPartition(self.options, (b,), size, peek=True) for b in queue.live_buckets()]
+        client = shared_client(self.options.connection)
+        names = self.options.queues
+        if self.options.queue_pattern is not None:
+            regex = re.compile(self.options.queue_pattern)
+            names = tuple(n for n in client.list_queues() if regex.fullmatch(n))
+        partitions: list[InputPartition] = []
+        for name in names:
+            queue = client.queue(name)
+            options = dataclasses.replace(self.options, queue=name)
+            size = queue.settings.bucket_size
+            partitions += [
+                BucketPartition(options, (b,), size, peek=True) for b in queue.live_buckets()
+            ]
+        return partitions
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BucketPartition)
