@@ -211,7 +211,7 @@ def test_idle_stream_acks_its_last_batch_and_never_redelivers(
         query.stop()
 
 
-def test_two_queries_on_one_queue_lose_nothing(
+def test_two_queries_on_one_queue_lose_nothing_and_duplicate_at_most_one_percent(
     spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
 ) -> None:
     queue = client.create_queue("shared", bucket_size=50, visibility_timeout=60)
@@ -237,6 +237,9 @@ def test_two_queries_on_one_queue_lose_nothing(
     assert set(counts) == ids
     duplicates = len(received) - len(counts)
     print(f"two queries: {len(received)} rows for {len(ids)} messages, {duplicates} duplicates")
+    # They split the buckets through ownership (spark_queue.spark.sharing), so
+    # neither leases what the other planned.
+    assert duplicates <= len(ids) // 100
 
 
 def test_round_trip_with_executors_in_separate_processes(

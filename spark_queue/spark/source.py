@@ -62,6 +62,7 @@ from spark_queue.queue import Queue
 from spark_queue.spark import planning
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
 from spark_queue.spark.renewal import LeaseRenewal, renewal_period
+from spark_queue.spark.sharing import BucketSharing, ownership_period
 from spark_queue.store.buckets import now_ms
 from spark_queue.store.session import Store
 
@@ -96,6 +97,8 @@ MAX_PARTITIONS = 64
 IDLE_POLL = 0.1
 #: Seconds between two counts reported in the streaming progress.
 REPORT_INTERVAL = 10.0
+#: Plans made again without buckets other queries own, before a batch goes with what it has.
+OWNERSHIP_ROUNDS = 3
 #: Seconds between two matches of ``queuePattern`` against the keyspace's queues.
 PATTERN_REFRESH = 5.0
 
@@ -296,6 +299,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._step_queues: dict[int, frozenset[str]] = {}
         self._matched: tuple[tuple[str, ...], float] | None = None
         self._last_batch = time.monotonic()
+        self._sharing = BucketSharing("bdq")
         #: Acks of this query that found the lease lost (each a duplicate downstream).
         self.stale_acks = 0
 
@@ -357,11 +361,14 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except QueueNotFound:
                 continue  # a matched queue deleted meanwhile
             size = queue.settings.bucket_size
-            wanted = min(MAX_PARTITIONS, math.ceil(max_rows / size))
+            # Twice what the limit needs: buckets another query owns are left out.
+            wanted = min(MAX_PARTITIONS, 2 * math.ceil(max_rows / size))
             below = None if tails is None else tails[name]
             found.append([(name, b, size) for b in queue.visible_buckets(wanted, below=below)])
         plan = planning.plan(found, max_rows, MAX_PARTITIONS)
         if plan and not self._wait_for_more(plan):
+            plan = self._owned(found, max_rows)
+        if plan:
             end = Offset(
                 begin.stream,
                 begin.step + 1,
@@ -378,6 +385,31 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return Offset(begin.stream, begin.step + 1).to_dict()
         self._idle_answer = (key, time.monotonic() + IDLE_POLL)
         return start
+
+    def _owned(self, found: list[list[tuple[str, int, int]]], max_rows: int) -> list[planning.Part]:
+        """The plan over buckets this query owns now (spark_queue.spark.sharing).
+
+        A bucket another query owns is left out and the plan made again
+        without it, at most OWNERSHIP_ROUNDS times.
+        """
+        plan: list[planning.Part] = []
+        for _ in range(OWNERSHIP_ROUNDS):
+            plan = planning.plan(found, max_rows, MAX_PARTITIONS)
+            refused: set[tuple[str, int]] = set()
+            for name in sorted({p.queue for p in plan}):
+                queue = self._queue(name)
+                wanted = [p.bucket for p in plan if p.queue == name]
+                granted = self._sharing.take(queue, wanted, self._ownership_period(queue))
+                refused |= {(name, b) for b in wanted if b not in granted}
+            if not refused:
+                return plan
+            found = [[f for f in fs if (f[0], f[1]) not in refused] for fs in found]
+        return [p for p in plan if (p.queue, p.bucket) not in refused]
+
+    def _ownership_period(self, queue: Queue) -> float:
+        return ownership_period(
+            self.options.visibility_timeout or queue.settings.visibility_timeout
+        )
 
     def _wait_for_more(self, plan: Sequence[planning.Part]) -> bool:
         """True while fewer than minMessagesPerTrigger are visible and the delay has not passed.
@@ -431,6 +463,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._acked_step = max(last.step, self._acked_step or 0)
         if self._renewal is not None:
             self._renewal.done(self._acked_step)
+        self._sharing.done(self._acked_step, self._queue)
 
     def _ack(self, name: str, stream: str, step: int) -> None:
         try:
@@ -453,7 +486,9 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _track(self, step: Offset) -> None:
         """Keep ``step``'s leases alive until it is acked."""
-        queues = frozenset(name for name, _, _ in step.parts(self.options.queues))
+        parts = step.parts(self.options.queues)
+        queues = frozenset(name for name, _, _ in parts)
+        self._sharing.hold(step.step, [(name, bucket) for name, bucket, _ in parts])
         self._step_queues[step.step] = queues
         self._stream = step.stream
         timeout = self.options.visibility_timeout or min(
@@ -466,12 +501,15 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._renewal.track(step.step, queues)
 
     def _renew(self, queue: str, step: int) -> tuple[int, int]:
-        return self._queue(queue).renew_step(self._stream, step, self.options.visibility_timeout)
+        handle = self._queue(queue)
+        self._sharing.renew(handle, step, self._ownership_period(handle))
+        return handle.renew_step(self._stream, step, self.options.visibility_timeout)
 
     def stop(self) -> None:
         """The query stops: renewal stops, so unacked leases run out one timeout later."""
         if self._renewal is not None:
             self._renewal.stop()
+        self._sharing.release_all(self._queue)
 
     # -- progress -------------------------------------------------------------------------
 

@@ -1,0 +1,40 @@
+"""Two stream readers on one queue split its buckets through ownership (real Cassandra, no job).
+
+The Spark test of the same (two queries, duplicates counted) is
+``test_two_queries_on_one_queue_lose_nothing_and_duplicate_at_most_one_percent``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadMaxRows
+
+from spark_queue import ConnectionSettings, QueueClient
+from spark_queue.spark.options import SourceOptions, connector_options
+from spark_queue.spark.source import BdqStreamReader
+
+pytestmark = [pytest.mark.cassandra]
+
+
+def test_readers_plan_disjoint_buckets_and_free_them_when_acked_or_stopped(
+    keyspace: ConnectionSettings,
+) -> None:
+    with QueueClient(settings=keyspace) as client:
+        client.create_queue("shared", bucket_size=10).send_batch([b"x"] * 40)
+        options = SourceOptions.parse({**connector_options(keyspace), "queue": "shared"})
+        first, second = BdqStreamReader(options), BdqStreamReader(options)
+        try:
+            start_a, start_b = first.initialOffset(), second.initialOffset()
+            end_a = first.latestOffset(start_a, ReadMaxRows(20))
+            end_b = second.latestOffset(start_b, ReadMaxRows(20))
+            assert end_a["buckets"] == [0, 1]
+            assert end_b["buckets"] == [2, 3]  # the first query owns 0 and 1
+
+            first.commit(end_a)  # acked (nothing was read): its buckets are free again
+            time.sleep(0.2)  # past the second reader's idle answer
+            assert second.latestOffset(end_b, ReadMaxRows(20))["buckets"] == [0, 1]
+        finally:
+            first.stop()
+            second.stop()
