@@ -366,7 +366,9 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             below = None if tails is None else tails[name]
             found.append([(name, b, size) for b in queue.visible_buckets(wanted, below=below)])
         plan = planning.plan(found, max_rows, MAX_PARTITIONS)
-        if plan and not self._wait_for_more(plan):
+        if plan and self._wait_for_more(plan):
+            plan = []
+        elif plan:
             plan = self._owned(found, max_rows)
         if plan:
             end = Offset(
