@@ -341,8 +341,8 @@ class Sender:
         ]
         if retry:
             self._buckets.release_pending(writes, now)
-        else:  # nobody can see them yet: one plain batch per bucket
-            self._buckets.write_leases(writes, now)
+        else:  # nobody can see them yet: plain writes, one statement per bucket and delay
+            self._buckets.write_leases_shared(writes, now)
 
 
 def _per_message(name: str, value: object, count: int) -> list[object]:

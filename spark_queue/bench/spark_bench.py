@@ -83,6 +83,8 @@ POLL_INTERVAL = 0.5
 READ_BACK_BATCH = 1000
 #: Messages of the untimed warm-up (a write and a drain) that comes before the timed phases.
 WARMUP_ROWS = 200
+#: Bucket size of the warm-up's input queue: several buckets, so several tasks at once.
+WARMUP_BUCKET_SIZE = 25
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -421,10 +423,10 @@ class _Run:
     checkpoints: Path
     progress: Progress
 
-    def create_queue(self, role: str) -> Queue:
+    def create_queue(self, role: str, *, bucket_size: int | None = None) -> Queue:
         return self.client.create_queue(
             f"bench-spark-{self.run_id}-{role}",
-            bucket_size=self.params.bucket_size,
+            bucket_size=bucket_size or self.params.bucket_size,
             visibility_timeout=self.params.visibility_timeout,
         )
 
@@ -463,7 +465,10 @@ def _run(
             baseline.measure()
         rows = _payload_frame(run, payloads)
         try:
-            scratch, scratch_out = run.create_queue("warmup"), run.create_queue("warmup-out")
+            # Small buckets: the warm-up's stream runs several tasks at once, so every
+            # Python worker the timed phases use is started (each pays ~3 s of imports).
+            scratch = run.create_queue("warmup", bucket_size=WARMUP_BUCKET_SIZE)
+            scratch_out = run.create_queue("warmup-out")
             queues += [scratch.name, scratch_out.name]
             warmup = _warm_up(run, rows, scratch, scratch_out)
             sink_queue = run.create_queue("sink")
