@@ -62,12 +62,16 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-#: Sink rate over the raw baseline that the connector aims for.
-SINK_TARGET = 0.7
+#: Sink rate over the raw baseline that the connector aims for (issue 9).
+SINK_TARGET = 2.0
 #: Source (receive + ack) rate over the raw baseline that the connector aims for.
-SOURCE_TARGET = 0.5
+SOURCE_TARGET = 1.3
+#: Pipeline (queue -> queue with a writerId) rate over the raw baseline aimed for.
+PIPELINE_TARGET = 0.9
 #: Median end-to-end latency, in milliseconds, at a light load.
-LATENCY_P50_TARGET_MS = 2000.0
+LATENCY_P50_TARGET_MS = 150.0
+#: 99th percentile end-to-end latency, in milliseconds, at a light load.
+LATENCY_P99_TARGET_MS = 300.0
 
 #: Header that carries a latency message's send time (Unix seconds).
 SENT_AT_HEADER = "bdq-bench-sent-at"
@@ -289,10 +293,22 @@ class SparkBenchResult:
         return None if ratio is None else ratio >= SOURCE_TARGET
 
     @property
+    def pipeline_met(self) -> bool | None:
+        """Whether the pipeline reached ``PIPELINE_TARGET``; None without a baseline."""
+        ratio = self.pipeline_ratio
+        return None if ratio is None else ratio >= PIPELINE_TARGET
+
+    @property
     def latency_met(self) -> bool | None:
         """Whether the median latency is within ``LATENCY_P50_TARGET_MS``; None if none arrived."""
         p50 = self.latency.p50_ms
         return None if p50 is None else p50 <= LATENCY_P50_TARGET_MS
+
+    @property
+    def latency_p99_met(self) -> bool | None:
+        """Whether the p99 latency is within ``LATENCY_P99_TARGET_MS``; None if none arrived."""
+        p99 = self.latency.p99_ms
+        return None if p99 is None else p99 <= LATENCY_P99_TARGET_MS
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, ratio and target as plain JSON-ready values."""
@@ -307,7 +323,9 @@ class SparkBenchResult:
         values["targets"] = {
             "sink": {"min_ratio": SINK_TARGET, "met": self.sink_met},
             "source": {"min_ratio": SOURCE_TARGET, "met": self.source_met},
+            "pipeline": {"min_ratio": PIPELINE_TARGET, "met": self.pipeline_met},
             "latency_p50": {"max_ms": LATENCY_P50_TARGET_MS, "met": self.latency_met},
+            "latency_p99": {"max_ms": LATENCY_P99_TARGET_MS, "met": self.latency_p99_met},
         }
         return values
 
