@@ -127,7 +127,7 @@ class FaultsParams:
             mttf=20.0,
             mttr=5.0,
             node_seconds=40.0,
-            load_steps=(50, 100, 200, 400),
+            load_steps=(50, 100, 200, 400, 800),
             load_seconds=8.0,
             **({} if seed is None else {"seed": seed}),
         )
