@@ -51,7 +51,7 @@ from spark_queue.bench.faultproxy import FaultProxy, open_queue
 from spark_queue.bench.metrics import make_payload, order_stats, percentile
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings, check_int, check_seconds, parse_hosts
-from spark_queue.errors import BackendUnavailable, InvalidSetting
+from spark_queue.errors import BackendUnavailable, InvalidSetting, LocalNodeError
 from spark_queue.local.node import LocalCluster
 from spark_queue.queue import Queue
 from spark_queue.store import session as store_session
@@ -284,9 +284,22 @@ class _NodeChaos:
             self.cluster.kill(node)
             mark(f"node {node} killed")
             stop.wait(self.params.mttr)  # down for MTTR even when the level ends meanwhile
-            self.cluster.start(nodes=3, echo=lambda line: None)
-            mark(f"node {node} back")
+            mark(self._restart(node))
             wait = self.rng.expovariate(1 / self.params.mttf)
+
+    def _restart(self, node: int) -> str:
+        """Start the killed node again; what became of it, for the level's events."""
+        # On a loaded host the commit log replay can outlast one start's wait: the
+        # process keeps starting, so waiting again a few times is enough.
+        failure: LocalNodeError | None = None
+        for _ in range(3):
+            try:
+                self.cluster.start(nodes=3, echo=lambda line: None)
+                return f"node {node} back"
+            except LocalNodeError as e:
+                failure = e
+        return f"node {node} still not back after 3 starts ({failure})"
+
 
 
 class _LevelRunner:
