@@ -136,6 +136,7 @@ class Store:
             "journal",
             "send_log",
             "bucket_counts",
+            "ownership",
         }
         if metadata is not None and wanted <= set(metadata.tables):
             return
