@@ -350,7 +350,12 @@ class _LevelRunner:
             net.start()
             settings = _through(net, self.settings)
             store_session.use_address_translator(net.translator())
-            sender = open_queue(settings, name)
+            try:
+                sender = open_queue(settings, name)
+            except BaseException:
+                store_session.use_address_translator(None)
+                net.stop()
+                raise
             queue = sender.queue(name)
         receivers = _Receivers(settings, p, name, folder, crash, self.rng.randrange(2**31), net=net)
         stop = threading.Event()
