@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 from collections.abc import Iterator
@@ -126,3 +127,20 @@ def test_refuses_an_address_off_loopback() -> None:
         FaultProxy({"10.0.0.1": (NODE, 9042)}, drop=0.1, seed=1)
     with pytest.raises(InvalidSetting, match=r"drop 1\.5"):
         FaultProxy({LISTEN: (NODE, 9042)}, drop=1.5, seed=1)
+
+
+def test_stopping_closes_the_connections_it_relays(echo_node: tuple[int, list[bytes]]) -> None:
+    port, _ = echo_node
+    heartbeat = frame(OPTIONS, b"")
+    proxy = FaultProxy({LISTEN: (NODE, port)}, drop=0.0, seed=1, listen_port=0).start()
+    with socket.create_connection(proxy.listening[0], timeout=5) as sock:
+        sock.sendall(heartbeat)
+        assert sock.recv(65536) == heartbeat
+        proxy.stop()
+        # the proxy closed the connection (a reset or an end of stream)
+        try:
+            data = sock.recv(65536)
+        except ConnectionResetError:
+            data = b""
+        assert data == b""
+    gc.collect()

@@ -178,22 +178,29 @@ class FaultProxy:
         self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter, node: str, port: int
     ) -> None:
         self.stats.connections += 1
+        writers = [client_w]
         try:
-            node_r, node_w = await asyncio.open_connection(node, port)
-        except OSError:
-            client_w.transport.abort()  # node down: the client sees a refused connection
-            return
-        writers = (client_w, node_w)
-        upstream = asyncio.ensure_future(self._requests(client_r, node_w))
-        downstream = asyncio.ensure_future(_copy(node_r, client_w))
-        try:
-            await asyncio.wait({upstream, downstream}, return_when=asyncio.FIRST_COMPLETED)
+            try:
+                node_r, node_w = await asyncio.open_connection(node, port)
+            except OSError:
+                return  # node down: the client sees its connection closed
+            writers.append(node_w)
+            upstream = asyncio.ensure_future(self._requests(client_r, node_w))
+            downstream = asyncio.ensure_future(_copy(node_r, client_w))
+            try:
+                await asyncio.wait({upstream, downstream}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (upstream, downstream):
+                    task.cancel()
+                await asyncio.gather(upstream, downstream, return_exceptions=True)
         finally:
-            for task in (upstream, downstream):
-                task.cancel()
-            await asyncio.gather(upstream, downstream, return_exceptions=True)
+            # abort (a reset, as a cut network gives) and wait until the sockets are
+            # really closed, also when the proxy stops and cancels this relay
             for writer in writers:
                 writer.transport.abort()
+            for writer in writers:
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Client -> node, frame by frame; returns when a side closed or a drop happened."""
