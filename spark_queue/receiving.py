@@ -35,7 +35,8 @@ oldest ``K * n`` messages, so fewer of their conditional batches collide
 (each collision costs a Paxos round and a scan), at the cost of order.
 
 A receive naming its buckets (a Spark partition, which has them to itself
-for a step) writes plain leases and reads them back instead, as before.
+for a step) scans them with payloads, writes plain leases and reads the
+leases (not the payloads) back instead.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -175,22 +177,37 @@ class Receiver:
     def _attempt_named(
         self, count: int, timeout_ms: int, hint: int, buckets: Sequence[int]
     ) -> list[Delivery]:
-        """A receive in buckets the caller has to itself (a Spark partition): plain leases."""
+        """A receive in buckets the caller has to itself (a Spark partition): plain leases.
+
+        Three round trips: the scan reads payloads at once (the caller takes
+        nearly all it finds); the leases are plain writes sharing one fresh
+        token (still new for each message's delivery), so each bucket's go in
+        one statement; and a read-back of the leases alone (no payloads) checks
+        that each won (last write wins) and that the message was not acked
+        between the scan and the lease write.
+        """
         now = now_ms()
-        found = self._candidates_in(buckets, count * hint, now)
+        found = self._visible_in(buckets, count * hint, now)
         chosen = self._past_limit(pick_oldest(found, count, hint, self.claims.rng), now)
-        writes = [_lease(m, timeout_ms, now) for m in chosen if m.expires_at > now]
-        self._buckets.write_leases(writes, now)
-        # Read the leased messages, payloads and all, and check that our lease
-        # won (last write wins); a message acked between our scan and our
-        # lease write is not ours either.
-        stored = self._buckets.read_many([(w.bucket, w.id) for w in writes])
-        deliveries = []
-        for w in writes:
-            m = stored.get((w.bucket, w.id))
-            if m is not None and m.lease == w.lease and not m.acked:
-                deliveries.append(delivery_of(self._buckets.queue_id, m, w))
-        return deliveries
+        live = [m for m in chosen if m.expires_at > now]
+        token = new_lease()
+        writes = [replace(_lease(m, timeout_ms, now), lease=token) for m in live]
+        self._buckets.write_leases_shared(writes, now)
+        held = self._buckets.leases_of([(w.bucket, w.id) for w in writes])
+        return [
+            delivery_of(self._buckets.queue_id, m, w)
+            for m, w in zip(live, writes, strict=True)
+            if held.get((w.bucket, w.id)) == (w.lease, False)
+        ]
+
+    def _visible_in(self, buckets: Sequence[int], want: int, now: int) -> list[StoredMessage]:
+        """Up to ``want`` visible messages (payloads too) of ``buckets``, in their order."""
+        found: list[StoredMessage] = []
+        for bucket in buckets:
+            if len(found) >= want:
+                break
+            found.extend(self._buckets.scan_visible(bucket, now, want - len(found)))
+        return found
 
     def _past_limit(self, chosen: list[M], now: int) -> list[M]:
         """Move the picks past ``max_deliveries`` to the dead-letter queue; return the rest."""
@@ -223,14 +240,6 @@ class Receiver:
                 if not rows:
                     self._bounds.note_idle(bucket, now)
             bucket += 1
-        return found
-
-    def _candidates_in(self, buckets: Sequence[int], want: int, now: int) -> list[Candidate]:
-        found: list[Candidate] = []
-        for bucket in buckets:
-            if len(found) >= want:
-                break
-            found.extend(self._buckets.scan_candidates(bucket, now, want - len(found)))
         return found
 
     def visible_buckets(self, max_buckets: int, below: int | None) -> list[int]:

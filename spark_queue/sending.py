@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from spark_queue import metrics
 from spark_queue.bounds import Bounds
@@ -137,16 +138,25 @@ class Sender:
             raise InvalidMessage(f"payloads: {count} messages; a batch holds 1 to {MAX_BATCH}")
         header_list = _per_message("headers", headers, count)
         delay_list = _per_message("delay", delay, count)
+        # One look at the settings and one check of a delay shared by the whole
+        # batch: per message, these cost more than the write's own work (the sink
+        # checks batches of a thousand).
+        max_bytes = self._settings().max_message_bytes
+        shared_delay = None
+        if not isinstance(delay, Sequence):
+            shared_delay = self._delay_ms(delay, 0, count)
         return [
             Outgoing(
-                self._payload_bytes(p, i, count),
+                self._payload_bytes(p, i, count, max_bytes),
                 _check_headers(h, i, count),
-                self._delay_ms(d, i, count),
+                shared_delay if shared_delay is not None else self._delay_ms(d, i, count),
             )
             for i, (p, h, d) in enumerate(zip(payloads, header_list, delay_list, strict=True))
         ]
 
-    def _payload_bytes(self, payload: object, index: int, count: int) -> bytes:
+    def _payload_bytes(self, payload: object, index: int, count: int, max_bytes: int) -> bytes:
+        if type(payload) is bytes and len(payload) <= max_bytes:
+            return payload  # the common case, without the checks below
         where = f" (message {index + 1} of {count})" if count > 1 else ""
         if isinstance(payload, str):
             data = payload.encode("utf-8")
@@ -156,10 +166,10 @@ class Sender:
             raise InvalidMessage(
                 f"payload {payload!r}{where}: must be bytes or str, not {type(payload).__name__}"
             )
-        if len(data) > self._settings().max_message_bytes:
+        if len(data) > max_bytes:
             raise MessageTooLarge(
                 f"payload of {len(data)} bytes{where}: over queue {self._name!r}'s"
-                f" max_message_bytes of {self._settings().max_message_bytes}"
+                f" max_message_bytes of {max_bytes}"
             )
         return data
 
@@ -341,8 +351,8 @@ class Sender:
         ]
         if retry:
             self._buckets.release_pending(writes, now)
-        else:  # nobody can see them yet: one plain batch per bucket
-            self._buckets.write_leases(writes, now)
+        else:  # nobody can see them yet: plain writes, one statement per bucket and delay
+            self._buckets.write_leases_shared(writes, now)
 
 
 def _per_message(name: str, value: object, count: int) -> list[object]:
@@ -357,9 +367,12 @@ def _per_message(name: str, value: object, count: int) -> list[object]:
     return [value] * count
 
 
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
 def _check_headers(headers: object, index: int, count: int) -> Mapping[str, str]:
-    if headers is None:
-        return {}
+    if headers is None or (type(headers) is dict and not headers):
+        return _NO_HEADERS
     where = f" (message {index + 1} of {count})" if count > 1 else ""
     if not isinstance(headers, Mapping):
         raise InvalidMessage(f"headers {headers!r}{where}: must be a mapping of str to str")

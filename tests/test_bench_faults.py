@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from spark_queue.bench.faults_bench import FaultsParams, LevelResult, _measure, check_faults
+from spark_queue.bench.faults_bench import (
+    FaultsParams,
+    FaultsResult,
+    LevelResult,
+    _measure,
+    check_faults,
+)
 from spark_queue.bench.faults_pipeline import PHASES, Checkpoint, plan_kills, reached
 from spark_queue.cli import main
 from spark_queue.errors import InvalidSetting
@@ -61,7 +67,24 @@ def test_bad_fault_names_and_levels_are_refused_before_anything_runs() -> None:
         FaultsParams(crash_levels=(0.1, 1.5))
     result = CliRunner().invoke(main, ["bench", "faults", "--faults", "disk"])
     assert result.exit_code == 1
-    assert "faults 'disk': must be a comma list of receiver, node, load" in result.output
+    assert "faults 'disk': must be a comma list of network, receiver, node, load" in result.output
+    with pytest.raises(InvalidSetting, match=r"drop level -0.1: must be a probability"):
+        FaultsParams(drop_levels=(-0.1,))
+
+
+def test_saturation_is_the_highest_load_step_with_p99_within_200_ms() -> None:
+    def step(offered: float, sent: int, send_p99: float, recv_p99: float) -> LevelResult:
+        level = LevelResult("load", f"{offered:g}/s", offered=offered, seconds=10, sent=sent)
+        level.send_p99, level.recv_p99 = send_p99, recv_p99
+        return level
+
+    params = FaultsParams(seed=1)
+    # p99 passes 200 ms at 400/s (receives); at 800/s the senders also fall behind
+    steps = [step(100, 1000, 20, 40), step(200, 2000, 90, 199), step(400, 4000, 60, 250)]
+    assert FaultsResult(params, steps).saturation == 200
+    behind = [step(100, 1000, 20, 40), step(200, 1500, 30, 50)]  # 150/s of 200 offered
+    assert FaultsResult(params, behind).saturation == 100
+    assert FaultsResult(params, [step(100, 1000, 201, 40)]).saturation is None
 
 
 def test_a_level_is_measured_from_the_receivers_records(tmp_path: Path) -> None:

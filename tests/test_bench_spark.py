@@ -138,13 +138,15 @@ def _result(
 
 
 def test_targets_compare_each_rate_with_the_baseline() -> None:
-    # Given a sink at 0.7x and a source at 0.4x of a 1000 msgs/s baseline, p50 at 2.5 s
-    result = _result(sink=700.0, source=400.0, p50_ms=2500.0, baseline=1000.0)
+    # Given a sink at 2.1x and a source (and pipeline) at 1.0x of a 1000 msgs/s
+    # baseline, p50 and p99 at 250 ms
+    result = _result(sink=2100.0, source=1000.0, p50_ms=250.0, baseline=1000.0)
 
-    # Then the sink meets its target, the source and the latency miss theirs
-    assert result.sink_ratio == pytest.approx(0.7)
+    # Then the sink and the pipeline meet their targets; the source and latency miss theirs
+    assert result.sink_ratio == pytest.approx(2.1)
     assert (result.sink_met, result.source_met, result.latency_met) == (True, False, False)
-    assert result.to_dict()["targets"]["source"] == {"min_ratio": 0.5, "met": False}
+    assert (result.pipeline_met, result.latency_p99_met) == (True, True)
+    assert result.to_dict()["targets"]["source"] == {"min_ratio": 1.3, "met": False}
 
 
 def test_without_baseline_or_arrivals_targets_are_unknown() -> None:

@@ -140,7 +140,9 @@ def test_bench_faults_slice_loses_nothing_and_writes_its_report(
         rate=40, seconds=6, receivers=2, visibility_timeout=3, crash_levels=(0.2,),
         mttf=4, mttr=2, node_seconds=12, load_steps=(40, 80), load_seconds=4, seed=11,
     )  # fmt: skip
-    result = run_faults_bench(settings, params, tmp_path / "work", cluster=cluster)
+    result = run_faults_bench(
+        settings, params, tmp_path / "work", cluster=cluster, faults=["receiver", "node", "load"]
+    )  # the network fault has its own slice below
 
     # Then no level lost a message, the faults happened, and the report has its plots
     by_fault = {level.fault: level for level in result.levels}
@@ -161,3 +163,23 @@ def test_bench_faults_slice_loses_nothing_and_writes_its_report(
     }
     assert all(f.stat().st_size > 0 for f in files)
     assert "Lost messages in all: **0**" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_bench_network_drops_cost_duplicates_never_a_message(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    # Given the bench's workload through its proxies (127.0.0.64-66), which drop
+    # the connection on 5% of the client requests, senders' and receivers' alike
+    settings = all_up(cluster, "faults_net")
+    params = FaultsParams(
+        rate=40, seconds=8, receivers=2, visibility_timeout=3, drop_levels=(0.05,), seed=5
+    )
+    result = run_faults_bench(
+        settings, params, tmp_path / "work", faults=["network"], proxy_address="127.0.0.64"
+    )
+
+    # Then connections were dropped, and every acknowledged send arrived intact
+    [level] = result.levels
+    assert level.drops > 0 and level.requests > level.drops
+    assert (level.lost, level.corrupt) == (0, 0)
+    assert level.sent > 0 and level.distinct == level.sent

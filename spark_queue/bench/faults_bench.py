@@ -10,6 +10,12 @@ the recorded deliveries. A level measures loss (must be 0), duplication,
 out-of-order rate, average displacement, send and receive response times and
 received throughput per second. The faults:
 
+* ``network``: senders and receivers talk to the nodes through the bench's
+  fault-injecting proxies (:mod:`spark_queue.bench.faultproxy`, one per node on
+  127.0.0.61 and up), which drop the connection with probability p per client
+  request. The driver reconnects; a send whose connection dropped raised and
+  is retried (a duplicate when it had landed), a receive's or ack's lost
+  response leaves the message to come back after its visibility timeout.
 * ``receiver``: each receiver SIGKILLs itself with probability p per received
   batch, after recording it and before acking it; the bench restarts it. Its
   messages come back after the visibility timeout (duplicates, delay).
@@ -18,11 +24,14 @@ received throughput per second. The faults:
   itself then takes a while), while the load runs at LOCAL_QUORUM. The first
   crash comes within the first third of the run, so every run has one.
 * ``load`` (the paper's Fig. 4 shape, no fault): the offered load is stepped
-  up until the median send or receive response time passes 200 ms.
+  up until the send or receive response time p99 passes 200 ms (or the
+  senders fall behind); the saturation rate is the last step below that.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import math
 import os
 import random
@@ -38,14 +47,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spark_queue.bench.faultproxy import FaultProxy, open_queue
 from spark_queue.bench.metrics import make_payload, order_stats, percentile
 from spark_queue.client import QueueClient
-from spark_queue.config import ConnectionSettings, check_int, check_seconds
-from spark_queue.errors import BackendUnavailable, InvalidSetting
+from spark_queue.config import ConnectionSettings, check_int, check_seconds, parse_hosts
+from spark_queue.errors import BackendUnavailable, InvalidSetting, LocalNodeError
 from spark_queue.local.node import LocalCluster
 from spark_queue.queue import Queue
+from spark_queue.store import session as store_session
 
-#: Response time past which the load steps stop (the paper's Fig. 4 reads 200 ms).
+#: Response time p99 past which the load steps stop (the paper's Fig. 4 reads 200 ms).
 SATURATION_MS = 200.0
 
 
@@ -61,6 +72,7 @@ class FaultsParams:
         payload_bytes: Size of each payload [L].
         receive_batch: ``max_messages`` of each receive.
         visibility_timeout: Seconds a received message stays invisible.
+        drop_levels: Connection drop probabilities per client request.
         crash_levels: Receiver crash probabilities per received batch.
         mttf: Mean seconds between node crashes.
         mttr: Seconds a crashed node stays down before its restart begins.
@@ -77,6 +89,7 @@ class FaultsParams:
     payload_bytes: int = 2048
     receive_batch: int = 10
     visibility_timeout: float = 10.0
+    drop_levels: tuple[float, ...] = (0.0, 0.01, 0.05, 0.1)
     crash_levels: tuple[float, ...] = (0.0, 0.01, 0.05, 0.1)
     mttf: float = 100.0
     mttr: float = 10.0
@@ -97,9 +110,10 @@ class FaultsParams:
         check_seconds("mttr", self.mttr)
         check_seconds("node_seconds", self.node_seconds)
         check_seconds("load_seconds", self.load_seconds)
-        for p in self.crash_levels:
-            if not 0 <= p <= 1:
-                raise InvalidSetting(f"crash level {p}: must be a probability from 0 to 1")
+        for what, levels in (("crash", self.crash_levels), ("drop", self.drop_levels)):
+            for p in levels:
+                if not 0 <= p <= 1:
+                    raise InvalidSetting(f"{what} level {p}: must be a probability from 0 to 1")
 
     @classmethod
     def quick(cls, seed: int | None = None) -> FaultsParams:
@@ -108,11 +122,12 @@ class FaultsParams:
             rate=100.0,
             seconds=15.0,
             visibility_timeout=5.0,
+            drop_levels=(0.0, 0.05),
             crash_levels=(0.0, 0.1),
             mttf=20.0,
             mttr=5.0,
             node_seconds=40.0,
-            load_steps=(50, 100, 200, 400),
+            load_steps=(50, 100, 200, 400, 800),
             load_seconds=8.0,
             **({} if seed is None else {"seed": seed}),
         )
@@ -140,6 +155,9 @@ class LevelResult:
     recv_p50: float | None = None
     recv_p99: float | None = None
     restarts: int = 0
+    #: client requests the network fault's proxies relayed, and connections they dropped
+    requests: int = 0
+    drops: int = 0
     #: received messages per whole second since the level began
     throughput: list[int] = field(default_factory=list)
     #: (seconds since the level began, what happened)
@@ -159,10 +177,22 @@ class FaultsResult:
     def lost(self) -> int:
         return sum(level.lost for level in self.levels)
 
+    @property
+    def saturation(self) -> float | None:
+        """The highest offered load step whose p99 response times stayed within 200 ms."""
+        fine = [level.offered for level in self.levels if level.fault == "load" and _within(level)]
+        return max(fine, default=None)
+
+
+def _within(level: LevelResult) -> bool:
+    """Send and receive p99 within :data:`SATURATION_MS` and the senders kept up."""
+    p99s = [t for t in (level.send_p99, level.recv_p99) if t is not None]
+    return all(t <= SATURATION_MS for t in p99s) and level.send_rate >= 0.8 * level.offered
+
 
 Echo = Callable[[str], None]
 
-FAULTS = ("receiver", "node", "load")
+FAULTS = ("network", "receiver", "node", "load")
 
 
 def check_faults(names: Sequence[str]) -> list[str]:
@@ -181,7 +211,8 @@ def run_faults_bench(
     workdir: Path,
     *,
     cluster: LocalCluster | None = None,
-    faults: Sequence[str] = ("receiver", "node", "load"),
+    faults: Sequence[str] = FAULTS,
+    proxy_address: str = "127.0.0.61",
     echo: Echo = print,
 ) -> FaultsResult:
     """Run the chosen faults' levels one after another.
@@ -191,7 +222,9 @@ def run_faults_bench(
         params: Loads, durations and fault levels.
         workdir: Folder for the receivers' delivery records.
         cluster: The local cluster to crash nodes of; ``node`` needs it.
-        faults: Which of ``receiver``, ``node`` and ``load`` to run.
+        faults: Which of ``network``, ``receiver``, ``node`` and ``load`` to run.
+        proxy_address: Loopback address of the first node's proxy (``network``);
+            the next nodes' proxies take the next addresses.
         echo: Where progress lines go.
     """
     check_faults(faults)
@@ -202,6 +235,10 @@ def run_faults_bench(
     levels: list[LevelResult] = []
     with QueueClient(settings=settings) as client:
         run = _LevelRunner(client, settings, params, workdir, rng, echo)
+        if "network" in faults:
+            for p in params.drop_levels:
+                net = _proxy(settings, proxy_address, p, rng.randrange(2**31), params)
+                levels.append(run("network", f"p={p:g}", params.rate, params.seconds, net=net))
         if "receiver" in faults:
             for p in params.crash_levels:
                 levels.append(run("receiver", f"p={p:g}", params.rate, params.seconds, crash=p))
@@ -214,11 +251,21 @@ def run_faults_bench(
             for rate in params.load_steps:
                 result = run("load", f"{rate:g}/s", rate, params.load_seconds)
                 levels.append(result)
-                medians = [t for t in (result.send_p50, result.recv_p50) if t is not None]
-                if any(t > SATURATION_MS for t in medians) or result.send_rate < 0.8 * rate:
-                    echo(f"saturated at {rate:g} msgs/s offered")
+                if not _within(result):
+                    echo(f"p99 past {SATURATION_MS:g} ms (or senders behind) at {rate:g} msgs/s")
                     break
     return FaultsResult(params, levels)
+
+
+def _proxy(
+    settings: ConnectionSettings, first: str, drop: float, seed: int, params: FaultsParams
+) -> FaultProxy:
+    """Proxies for every contact point on ``first`` and the next addresses (not started)."""
+    base = ipaddress.ip_address(first)
+    routes = {str(base + i): (h.host, h.port) for i, h in enumerate(settings.hosts)}
+    # bounded: the level's sending, its drain and the receivers' stop fit well within
+    lifetime = params.seconds + max(30.0, 4 * params.visibility_timeout) + 600
+    return FaultProxy(routes, drop=drop, seed=seed, lifetime=lifetime)
 
 
 class _NodeChaos:
@@ -237,9 +284,22 @@ class _NodeChaos:
             self.cluster.kill(node)
             mark(f"node {node} killed")
             stop.wait(self.params.mttr)  # down for MTTR even when the level ends meanwhile
-            self.cluster.start(nodes=3, echo=lambda line: None)
-            mark(f"node {node} back")
+            mark(self._restart(node))
             wait = self.rng.expovariate(1 / self.params.mttf)
+
+    def _restart(self, node: int) -> str:
+        """Start the killed node again; what became of it, for the level's events."""
+        # On a loaded host the commit log replay can outlast one start's wait: the
+        # process keeps starting, so waiting again a few times is enough.
+        failure: LocalNodeError | None = None
+        for _ in range(3):
+            try:
+                self.cluster.start(nodes=3, echo=lambda line: None)
+                return f"node {node} back"
+            except LocalNodeError as e:
+                failure = e
+        return f"node {node} still not back after 3 starts ({failure})"
+
 
 
 class _LevelRunner:
@@ -268,6 +328,7 @@ class _LevelRunner:
         *,
         crash: float = 0.0,
         chaos: _NodeChaos | None = None,
+        net: FaultProxy | None = None,
     ) -> LevelResult:
         p = self.params
         name = f"faults-{fault}-{uuid.uuid4().hex[:6]}"
@@ -284,7 +345,19 @@ class _LevelRunner:
             self.echo(f"  {fault} {level}: {what}")
 
         self.echo(f"{fault} {level}: {rate:g} msgs/s offered for {seconds:g}s")
-        receivers = _Receivers(self.settings, p, name, folder, crash, self.rng.randrange(2**31))
+        settings, sender = self.settings, None
+        if net is not None:
+            net.start()
+            settings = _through(net, self.settings)
+            store_session.use_address_translator(net.translator())
+            try:
+                sender = open_queue(settings, name)
+            except BaseException:
+                store_session.use_address_translator(None)
+                net.stop()
+                raise
+            queue = sender.queue(name)
+        receivers = _Receivers(settings, p, name, folder, crash, self.rng.randrange(2**31), net=net)
         stop = threading.Event()
         chaos_thread = None
         if chaos:
@@ -303,12 +376,25 @@ class _LevelRunner:
         finally:
             stop.set()
             result.restarts = receivers.stop()
+            if net is not None:
+                assert sender is not None
+                sender.close()
+                store_session.use_address_translator(None)
+                net.stop()
+                result.requests, result.drops = net.stats.requests, net.stats.drops
         _measure(result, sent, send_times, folder, began_wall=began_wall)
         self.echo(
             f"  sent {result.sent}, lost {result.lost}, duplication {result.duplication:.2%},"
             f" out-of-order {result.out_of_order:.2%}, receiver restarts {result.restarts}"
+            + (f", {result.drops} of {result.requests} requests dropped" if net else "")
         )
         return result
+
+
+def _through(net: FaultProxy, settings: ConnectionSettings) -> ConnectionSettings:
+    """``settings`` with the proxies as contact points, at protocol v4 (frames they can read)."""
+    hosts = ",".join(f"{listen}:{port}" for listen, (_, port) in net.routes.items())
+    return dataclasses.replace(settings, hosts=parse_hosts(hosts), protocol_version=4)
 
 
 def _send(
@@ -366,7 +452,10 @@ class _Receivers:
         folder: Path,
         crash: float,
         seed: int,
+        *,
+        net: FaultProxy | None = None,
     ) -> None:
+        routes = ",".join(f"{n}={t}" for n, t in net.translator().routes.items()) if net else ""
         self.command = [
             sys.executable, "-m", "spark_queue.bench.faults_receiver",
             "--hosts", ",".join(str(h) for h in settings.hosts),
@@ -374,6 +463,7 @@ class _Receivers:
             "--queue", queue, "--crash", str(crash),
             "--batch", str(params.receive_batch),
             "--visibility-timeout", str(params.visibility_timeout),
+            *(["--translate", routes, "--protocol", "4"] if net else []),
         ]  # fmt: skip
         self.folder = folder
         self.count = params.receivers

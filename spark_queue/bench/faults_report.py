@@ -47,6 +47,7 @@ def level_row(level: LevelResult) -> list[str]:
         f"{_ms(level.recv_p50)} / {_ms(level.recv_p99)}",
         str(level.send_errors),
         str(level.restarts),
+        f"{level.drops} / {level.requests:,}" if level.fault == "network" else "-",
     ]
 
 
@@ -63,6 +64,7 @@ HEADERS = [
     "receive p50 / p99 ms",
     "send errors",
     "receiver restarts",
+    "dropped / requests",
 ]
 
 
@@ -96,6 +98,12 @@ def write_report(result: FaultsResult, folder: Path, command: str) -> list[Path]
         f"Lost messages in all: **{result.lost}**.",
         "",
     ]
+    if result.saturation is not None:
+        lines += [
+            f"Saturation (Fig. 4 shape): **{result.saturation:g} msgs/s** offered, the highest"
+            " load step whose send and receive response time p99 stayed within 200 ms.",
+            "",
+        ]
     events = [(level, e) for level in result.levels for e in level.events]
     if events:
         lines += ["Fault events (seconds since the level began):", ""]
@@ -119,6 +127,8 @@ def _load_plot(plt: Any, result: FaultsResult, path: Path) -> Path | None:
         values = [getattr(level, attr) or 0 for level in steps]
         ax.plot(offered, values, marker=".", linestyle="--", label=name)
     ax.axhline(200, color="grey", linewidth=0.8)
+    if result.saturation is not None:
+        ax.axvline(result.saturation, color="grey", linestyle=":", linewidth=0.8)
     ax.set_xlabel("offered load (msgs/s)")
     ax.set_ylabel("response time (ms)")
     ax.set_title("Response time vs offered load (no fault)")

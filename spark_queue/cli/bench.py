@@ -33,6 +33,8 @@ from spark_queue.bench.queue_bench import (
 )
 from spark_queue.bench.spark_bench import (
     LATENCY_P50_TARGET_MS,
+    LATENCY_P99_TARGET_MS,
+    PIPELINE_TARGET,
     SINK_TARGET,
     SOURCE_TARGET,
     SparkBenchResult,
@@ -539,7 +541,11 @@ def _spark_table(r: SparkBenchResult) -> Table:
         _met(r.source_met),
     )
     table.add_row(
-        "pipeline rate (queue -> queue)", _rate(r.pipeline.rate), _ratio(r.pipeline_ratio)
+        "pipeline rate (queue -> queue)",
+        _rate(r.pipeline.rate),
+        _ratio(r.pipeline_ratio),
+        f">= {PIPELINE_TARGET:.2f}x",
+        _met(r.pipeline_met),
     )
     table.add_row(
         "latency p50",
@@ -548,7 +554,13 @@ def _spark_table(r: SparkBenchResult) -> Table:
         f"<= {LATENCY_P50_TARGET_MS:,.0f} ms",
         _met(r.latency_met),
     )
-    table.add_row("latency p99", _ms(r.latency.p99_ms))
+    table.add_row(
+        "latency p99",
+        _ms(r.latency.p99_ms),
+        "",
+        f"<= {LATENCY_P99_TARGET_MS:,.0f} ms",
+        _met(r.latency_p99_met),
+    )
     if r.baseline_rate is not None:
         table.add_row("raw baseline (mean)", _rate(r.baseline_rate), _ratio(1.0))
         table.add_row("  before / after", " / ".join(f"{rate:,.0f}" for rate in r.baseline_rates))

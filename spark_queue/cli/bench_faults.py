@@ -4,7 +4,8 @@ Without ``BDQ_CASSANDRA_HOSTS`` the command starts its own three local nodes on
 127.0.0.51-53 (JMX 7290-7292, home ``<bdq home>/faults``) and stops them when it
 ends (``--keep-cluster`` leaves them running for the next run). With
 ``BDQ_CASSANDRA_HOSTS`` it uses that cluster as it is and skips the node fault,
-which needs nodes it can kill.
+which needs nodes it can kill. The network fault's proxies listen on
+127.0.0.61 and the next addresses, on the nodes' CQL port.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from spark_queue.local.node import LocalCluster, default_home
 
 ADDRESS = "127.0.0.51"
 JMX_PORT = 7290
+PROXY_ADDRESS = "127.0.0.61"
 KEYSPACE = "bdq_faults"
 
 
@@ -56,9 +58,9 @@ def _cluster(home: Path) -> LocalCluster:
 @click.option(
     "--faults",
     "chosen",
-    default="receiver,node,load",
+    default="network,receiver,node,load",
     show_default=True,
-    help="Comma list of receiver, node, load.",
+    help="Comma list of network, receiver, node, load.",
 )
 @click.option("--rate", type=click.FloatRange(1), default=None, help="Offered msgs/s of faults.")
 @click.option("--seconds", type=click.FloatRange(1), default=None, help="Sending time per level.")
@@ -98,10 +100,12 @@ def faults(
 ) -> None:
     """Loss, duplication, order and response times under one fault at a time.
 
-    Faults: receiver processes SIGKILLed with probability p per received batch
-    (and restarted); Cassandra nodes SIGKILLed after Exp(MTTF) and restarted
-    after MTTR, at LOCAL_QUORUM with replication factor 3; and, without faults,
-    the offered load stepped up until response times pass 200 ms. Loss must be
+    Faults: client connections dropped with probability p per request by
+    proxies between the clients and the nodes; receiver processes SIGKILLed
+    with probability p per received batch (and restarted); Cassandra nodes
+    SIGKILLed after Exp(MTTF) and restarted after MTTR, at LOCAL_QUORUM with
+    replication factor 3; and, without faults, the offered load stepped up
+    until response time p99 passes 200 ms. Loss must be
     0 in every level: the command exits with 1 otherwise.
     """
     names = check_faults([n.strip() for n in chosen.split(",") if n.strip()])
@@ -133,7 +137,13 @@ def faults(
         if options.get("seconds") is not None:
             params = dataclasses.replace(params, seconds=options["seconds"])
         result = run_faults_bench(
-            settings, params, workdir, cluster=cluster, faults=names, echo=echo_progress
+            settings,
+            params,
+            workdir,
+            cluster=cluster,
+            faults=names,
+            proxy_address=PROXY_ADDRESS,
+            echo=echo_progress,
         )
     finally:
         if cluster is not None and not keep_cluster:
@@ -147,7 +157,8 @@ def faults(
             echo_progress(f"wrote {path}")
     if as_json:
         echo_json(
-            {"seed": params.seed, "params": params.__dict__, "levels": [
+            {"seed": params.seed, "params": params.__dict__, "saturation": result.saturation,
+             "levels": [
                 level.__dict__ | {"send_rate": level.send_rate} for level in result.levels
             ]}
         )  # fmt: skip
@@ -156,6 +167,8 @@ def faults(
         for level in result.levels:
             table.add_row(*level_row(level))
         _console().print(table)
+        if result.saturation is not None:
+            click.echo(f"saturation: {result.saturation:g} msgs/s offered (p99 within 200 ms)")
     if result.lost:
         raise click.ClickException(f"{result.lost} messages lost: a defect, please report it")
 

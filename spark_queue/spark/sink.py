@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -123,64 +124,142 @@ def write_batches(
     part = context.partitionId() if context else 0
     client = shared_client(options.connection)
     queues: dict[str, Queue] = {}
-    pending: dict[str, list[tuple[Any, dict[str, str], float]]] = defaultdict(list)
+    pending: dict[str, _Rows] = {}
     chunks: dict[str, int] = defaultdict(int)
     sent = SinkCommit(part)
 
-    def flush(name: str) -> None:
-        rows = pending.pop(name, [])
-        if not rows:
-            return
+    def flush(name: str, rows: _Rows) -> None:
         queue = queues.get(name) or queues.setdefault(name, client.queue(name))
-        payloads = [r[0] for r in rows]
-        headers = [r[1] for r in rows]
-        delays = [r[2] for r in rows]
+        delays: float | list[float] = rows.delays if rows.delays is not None else 0.0
         if writer is None:
-            queue.send_batch(payloads, headers=headers, delay=delays)
+            queue.send_batch(rows.payloads, headers=rows.headers, delay=delays)
         else:
             queue.send_batch_once(
                 writer,
                 step or 0,
                 part,
-                payloads,
-                headers=headers,
+                rows.payloads,
+                headers=rows.headers,
                 delay=delays,
                 chunk=chunks[name],
             )
         chunks[name] += 1
-        sent.sent[name] = sent.sent.get(name, 0) + len(rows)
+        sent.sent[name] = sent.sent.get(name, 0) + len(rows.payloads)
 
-    row_number = 0
+    rows_before = 0
     for batch in batches:
-        columns = batch.to_pydict()
-        count = batch.num_rows
-        payloads = columns["payload"]
-        targets = columns.get("queue", [None] * count)
-        headers = columns.get("headers", [None] * count)
-        delays = columns.get("delay_ms", [None] * count)
-        for i in range(count):
-            row_number += 1
-            name = targets[i] or options.queue
-            if name is None:
-                raise InvalidSetting(
-                    f"row {row_number} of partition {part}: column 'queue' is null and the sink"
-                    " has no 'queue' option to fall back on"
-                )
-            if payloads[i] is None:
-                raise InvalidSetting(
-                    f"row {row_number} of partition {part}: column 'payload' is null"
-                )
-            delay_ms = delays[i] or 0
-            if delay_ms < 0:
-                raise InvalidSetting(
-                    f"row {row_number} of partition {part}: delay_ms {delay_ms} must be >= 0"
-                )
-            pending[name].append((payloads[i], dict(headers[i] or ()), delay_ms / 1000))
-            if len(pending[name]) >= CHUNK_ROWS:
-                flush(name)
-    for name in list(pending):
-        flush(name)
+        for name, rows in _split(batch, options.queue, part, rows_before):
+            into = pending.setdefault(name, _Rows([], None, None))
+            into.extend(rows)
+            while len(into.payloads) >= CHUNK_ROWS:
+                flush(name, into.take(CHUNK_ROWS))
+        rows_before += batch.num_rows
+    for name, rows in pending.items():
+        if rows.payloads:
+            flush(name, rows)
     return sent
+
+
+@dataclass
+class _Rows:
+    """Rows bound for one queue, as the columns ``send_batch`` takes.
+
+    ``headers`` and ``delays`` stay None while no row has any (the common case:
+    nothing per row to convert or check).
+    """
+
+    payloads: list[Any]
+    headers: list[dict[str, str] | None] | None
+    delays: list[float] | None
+
+    def extend(self, other: _Rows) -> None:
+        n = len(self.payloads)
+        self.payloads += other.payloads
+        if other.headers is not None or self.headers is not None:
+            self.headers = (self.headers or [None] * n) + (
+                other.headers or [None] * len(other.payloads)
+            )
+        if other.delays is not None or self.delays is not None:
+            self.delays = (self.delays or [0.0] * n) + (other.delays or [0.0] * len(other.payloads))
+
+    def take(self, count: int) -> _Rows:
+        """The first ``count`` rows, removed from these."""
+        head = _Rows(
+            self.payloads[:count],
+            None if self.headers is None else self.headers[:count],
+            None if self.delays is None else self.delays[:count],
+        )
+        del self.payloads[:count]
+        if self.headers is not None:
+            del self.headers[:count]
+        if self.delays is not None:
+            del self.delays[:count]
+        return head
+
+
+def _first(mask: pa.Array) -> int:
+    """Index of the first true value of a boolean array (one is known to be true)."""
+    return int(pc.index(mask, True).as_py())
+
+
+def _split(
+    batch: pa.RecordBatch, default_queue: str | None, part: int, rows_before: int
+) -> Iterator[tuple[str, _Rows]]:
+    """One Arrow batch as rows per target queue, checked column by column (no per-row Python).
+
+    Raises InvalidSetting naming the first bad row (counted across the task's
+    batches) before any row of this batch is sent.
+    """
+    count = batch.num_rows
+    if count == 0:
+        return
+    names = batch.schema.names
+
+    def bad(index: int, rule: str) -> InvalidSetting:
+        return InvalidSetting(f"row {rows_before + index + 1} of partition {part}: {rule}")
+
+    payload = batch.column(names.index("payload"))
+    if payload.null_count:
+        raise bad(_first(pc.is_null(payload)), "column 'payload' is null")
+    delays: list[float] | None = None
+    if "delay_ms" in names:
+        delay = pc.fill_null(batch.column(names.index("delay_ms")), 0)
+        negative = pc.less(delay, 0)
+        if pc.any(negative).as_py():
+            index = _first(negative)
+            raise bad(index, f"delay_ms {delay[index].as_py()} must be >= 0")
+        if pc.any(pc.not_equal(delay, 0)).as_py():
+            delays = pc.divide(pc.cast(delay, pa.float64()), 1000.0).to_pylist()
+    headers: list[dict[str, str] | None] | None = None
+    if "headers" in names:
+        column = batch.column(names.index("headers"))
+        if column.null_count < count:
+            headers = [dict(h) if h else None for h in column.to_pylist()]
+    payloads = payload.to_pylist()
+    target = batch.column(names.index("queue")) if "queue" in names else None
+    if target is not None and target.null_count and default_queue is None:
+        raise bad(
+            _first(pc.is_null(target)),
+            "column 'queue' is null and the sink has no 'queue' option to fall back on",
+        )
+    if target is None or target.null_count == count:
+        assert default_queue is not None  # check_sink_schema demands one without the column
+        yield default_queue, _Rows(payloads, headers, delays)
+        return
+    by_queue: dict[str, list[int]] = defaultdict(list)
+    for index, name in enumerate(target.to_pylist()):
+        key = name or default_queue
+        assert key is not None  # a null without a default was refused above
+        by_queue[key].append(index)
+    for name, indexes in by_queue.items():
+        yield (
+            name,
+            _Rows(
+                [payloads[i] for i in indexes],
+                None if headers is None else [headers[i] for i in indexes],
+                None if delays is None else [delays[i] for i in indexes],
+            ),
+        )
 
 
 def _log_commit(messages: list[WriterCommitMessage | None], what: str) -> None:

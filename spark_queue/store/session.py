@@ -41,13 +41,25 @@ from cassandra.cluster import (
     Session,
 )
 from cassandra.concurrent import execute_concurrent
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import AddressTranslator, DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import BackendUnavailable, InvalidSetting, SparkQueueError
 
 log = logging.getLogger(__name__)
+
+#: The driver's address translator of every cluster this process makes from now
+#: on; None keeps the driver's identity. Only ``bdq bench faults`` sets it, to
+#: route the driver through its fault-injecting proxies (see
+#: :mod:`spark_queue.bench.faultproxy`), so it is no connection setting.
+_address_translator: AddressTranslator | None = None
+
+
+def use_address_translator(translator: AddressTranslator | None) -> None:
+    """Route the clusters made from now on in this process through ``translator``."""
+    global _address_translator
+    _address_translator = translator
 
 
 class _QuietNegotiation(logging.Filter):
@@ -269,6 +281,8 @@ def new_cluster(settings: ConnectionSettings, contact_points: list[Any], **optio
     """
     if settings.protocol_version is not None:
         options["protocol_version"] = settings.protocol_version
+    if _address_translator is not None:
+        options.setdefault("address_translator", _address_translator)
     cluster = Cluster(
         contact_points,
         auth_provider=_auth_provider(settings),
