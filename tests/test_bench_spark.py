@@ -85,12 +85,18 @@ def test_a_small_run_moves_every_message_through_every_phase(
     # And the baseline was measured before and after, so every ratio and target has a value
     assert len(result.baseline_rates) == 2
     assert None not in (result.sink_ratio, result.source_ratio, result.pipeline_ratio)
-    assert None not in (result.sink_met, result.source_met, result.latency_met)
+    assert None not in (
+        result.sink_met,
+        result.source_met,
+        result.pipeline_met,
+        result.latency_met,
+        result.latency_p99_met,
+    )
     # And the result reads back as JSON with its parameters, ratios and targets
     values = json.loads(json.dumps(result.to_dict()))
     assert values["params"]["messages"] == 500
     assert set(values["ratios"]) == {"sink", "source", "pipeline"}
-    assert set(values["targets"]) == {"sink", "source", "latency_p50"}
+    assert set(values["targets"]) == {"sink", "source", "pipeline", "latency_p50", "latency_p99"}
     # And the run removed its queues and its baseline table
     assert client.list_queues() == []
     assert _tables(keyspace) == tables_before
