@@ -5,7 +5,9 @@ Without ``BDQ_CASSANDRA_HOSTS`` the command starts its own three local nodes on
 ends (``--keep-cluster`` leaves them running for the next run). With
 ``BDQ_CASSANDRA_HOSTS`` it uses that cluster as it is and skips the node fault,
 which needs nodes it can kill. The network fault's proxies listen on
-127.0.0.61 and the next addresses, on the nodes' CQL port.
+127.0.0.61 and the next addresses, on the nodes' CQL port. ``--pipeline`` runs
+the random-kill Spark relay instead (spark_queue.bench.faults_pipeline), and
+``--pipeline --node-fault`` kills a node of the bench's own three beside it.
 """
 
 from __future__ import annotations
