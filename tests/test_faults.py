@@ -196,10 +196,15 @@ def test_pipeline_killed_at_random_while_nodes_die_delivers_each_message_exactly
     seed = chosen_seed()
     print(f"random-kill pipeline with node kills: seed {seed} (BDQ_TEST_SEED={seed} repeats it)")
     progress: list[str] = []
-    nodes = NodeFaults(cluster, seed, echo=progress.append)
+
+    def echo(line: str) -> None:
+        progress.append(line)
+        print(line)
+
+    nodes = NodeFaults(cluster, seed, echo=echo)
     result = run_pipeline_faults(
         settings, tmp_path, messages=20_000, kills=10, seed=seed, disturb=nodes,
-        echo=progress.append,
+        echo=echo,
     )  # fmt: skip
 
     # Then the nodes did die, each of the three, and every message arrived exactly once

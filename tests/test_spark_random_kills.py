@@ -32,8 +32,13 @@ def test_relay_killed_at_ten_random_points_delivers_each_message_exactly_once(
     seed = chosen_seed()
     print(f"random-kill pipeline: seed {seed} (BDQ_TEST_SEED={seed} repeats the plan)")
     progress: list[str] = []
+
+    def echo(line: str) -> None:
+        progress.append(line)
+        print(line)
+
     result = run_pipeline_faults(
-        keyspace, tmp_path, messages=MESSAGES, kills=KILLS, seed=seed, echo=progress.append
+        keyspace, tmp_path, messages=MESSAGES, kills=KILLS, seed=seed, echo=echo
     )
 
     # Then every kill landed, and the target holds every source id once, the source nothing
