@@ -17,6 +17,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.spark.options import SourceOptions, connector_options
+from spark_queue.spark.sharing import BucketSharing
 from spark_queue.spark.source import BdqStreamReader
 
 pytestmark = [pytest.mark.cassandra]
@@ -59,3 +60,30 @@ def test_a_restarted_reader_acks_the_step_whose_ack_a_crash_cut_off(
 
         # Then both steps are acked: nothing is left leased to come back later
         assert queue.stats(exact=True).total == 0
+
+
+def test_a_restarted_reader_owns_again_the_buckets_its_dead_driver_took(
+    keyspace: ConnectionSettings,
+) -> None:
+    with QueueClient(settings=keyspace) as client:
+        queue = client.create_queue("relay", bucket_size=10)
+        queue.send_batch([f"m{i}".encode() for i in range(40)])
+        options = SourceOptions.parse(
+            {**connector_options(keyspace), "queue": "relay", "visibilityTimeout": "600s"}
+        )
+        # Given a driver that took buckets 0 and 1 while planning a batch and died
+        # before Spark logged it (its ownership lasts 600 s: nothing releases it)
+        start = BdqStreamReader(options).initialOffset()
+        dead = BucketSharing("bdq")
+        dead.name_after(start["stream"])
+        assert dead.take(queue, [0, 1], 600) == {0, 1}
+
+        # When the restarted query plans from the same checkpointed offset
+        restarted = BdqStreamReader(options)
+        try:
+            end = restarted.latestOffset(start, ReadMaxRows(20))
+        finally:
+            restarted.stop()
+
+        # Then it plans them again instead of leaving them out until the period ends
+        assert end["buckets"] == [0, 1]
