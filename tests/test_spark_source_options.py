@@ -180,3 +180,61 @@ def test_a_checkpoint_in_the_one_queue_offset_format_replays_the_same_messages(
     assert sorted(first) == sorted(ids)
     assert sorted(replayed) == sorted((i, 1) for i in ids)  # the same deliveries, not new ones
     assert queue.stats().total == 0
+
+
+def test_a_queue_recreated_under_a_restarted_stream_fails_its_replay_or_goes_on_anew(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
+) -> None:
+    queue = client.create_queue("reborn", bucket_size=100)
+    queue.send_batch([f"old{i}" for i in range(20)])
+    checkpoint, first = tmp_path / "ck", []
+    with pytest.raises(StreamingQueryException, match="the sink failed"):
+        run_batches(source(spark, keyspace, queue="reborn"), checkpoint, _fail_after_reading(first))
+    assert len(first) == 20
+    client.delete_queue("reborn")
+    fresh = client.create_queue("reborn", bucket_size=100).send_batch([f"new{i}" for i in range(5)])
+
+    replayed: list[int] = []
+    keep: Callable[[DataFrame, int], None] = lambda batch, _: replayed.extend(  # noqa: E731
+        r.id for r in batch.select("id").collect()
+    )
+    with pytest.raises(
+        StreamingQueryException,
+        match=r"queue 'reborn' was deleted and re-created under the stream; step 1 of stream"
+        r" '\w+' is replayed but was planned from the queue's old incarnation: 20 message\(s\)",
+    ):
+        run_batches(source(spark, keyspace, queue="reborn"), checkpoint, keep)
+    assert replayed == []
+
+    run_batches(source(spark, keyspace, queue="reborn", failOnDataLoss="false"), checkpoint, keep)
+    assert sorted(replayed) == sorted(fresh)  # the new incarnation, from its start
+    assert client.queue("reborn").stats().total == 0
+
+
+def test_a_queue_recreated_under_a_running_stream_fails_it_or_goes_on_anew(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
+) -> None:
+    client.create_queue("alive", bucket_size=100).send_batch([f"old{i}" for i in range(10)])
+    df = source(spark, keyspace, queue="alive")
+    query, table = to_memory(df, tmp_path / "ck", available_now=False, interval="0.2 seconds")
+    try:
+        wait_for(lambda: spark.table(table).count() == 10, 120, "the old queue's 10 rows")
+        client.delete_queue("alive")
+        fresh = client.create_queue("alive", bucket_size=100).send_batch(
+            [f"new{i}" for i in range(5)]
+        )
+        with pytest.raises(
+            StreamingQueryException,
+            match=r"queue 'alive' was deleted and re-created under the stream; step \d+ of"
+            r" stream '\w+' meets its new incarnation: 0 message\(s\) the stream leased",
+        ):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert spark.table(table).count() == 10
+
+    # The memory sink cannot restart from a checkpoint: go on through foreachBatch.
+    rows: list[int] = []
+    df = source(spark, keyspace, queue="alive", failOnDataLoss="false")
+    run_batches(df, tmp_path / "ck", lambda batch, _: rows.extend(r.id for r in batch.collect()))
+    assert sorted(rows) == sorted(fresh)
