@@ -238,3 +238,38 @@ def test_a_queue_recreated_under_a_running_stream_fails_it_or_goes_on_anew(
     df = source(spark, keyspace, queue="alive", failOnDataLoss="false")
     run_batches(df, tmp_path / "ck", lambda batch, _: rows.extend(r.id for r in batch.collect()))
     assert sorted(rows) == sorted(fresh)
+
+
+def test_max_bytes_per_trigger_caps_batches_lets_a_large_message_go_and_the_stricter_wins(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
+) -> None:
+    # Given a large message first, then small ones; K = 1 receives exactly the planned ones.
+    queue = client.create_queue("sized", bucket_size=10, order_hint=1)
+    sent = queue.send_batch([b"L" * 5000] + [b"s" * 1000] * 5)
+    batches: list[tuple[int, int]] = []
+    ids: list[int] = []
+
+    def keep(batch: DataFrame, _: int) -> None:
+        rows = batch.select("id", "payload").collect()
+        if rows:
+            batches.append((len(rows), sum(len(r.payload) for r in rows)))
+            ids.extend(r.id for r in rows)
+
+    # When the byte limit is the stricter one.
+    run_batches(
+        source(spark, keyspace, queue="sized", maxBytesPerTrigger="3500"), tmp_path / "a", keep
+    )
+    # Then the large message goes alone, the others in batches of at most 3500 bytes.
+    assert batches == [(1, 5000), (3, 3000), (2, 2000)]
+    assert sorted(ids) == sorted(sent)
+
+    # When the message limit is the stricter one, it wins.
+    batches.clear()
+    more = queue.send_batch([b"s" * 1000] * 3)
+    df = source(
+        spark, keyspace, queue="sized", maxbytespertrigger="3500", maxMessagesPerTrigger="2"
+    )
+    run_batches(df, tmp_path / "b", keep)
+    assert batches == [(2, 2000), (1, 1000)]
+    assert sorted(ids) == sorted(sent + more)
+    assert queue.stats().total == 0

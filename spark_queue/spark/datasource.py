@@ -44,8 +44,11 @@ class BdqDataSource(DataSource):
             option (at most 100000 per batch).
         minMessagesPerTrigger: Fewest messages a micro-batch waits for, unless
             ``maxTriggerDelay`` (default ``'15m'``) passed since the last batch.
-        failOnDataLoss: Fail when a replayed micro-batch finds messages gone
-            (default true); false logs them and goes on.
+        failOnDataLoss: Fail when a replayed micro-batch finds messages gone,
+            or a queue was deleted and re-created under the stream (default
+            true); false logs them and goes on.
+        maxBytesPerTrigger: Most payload bytes per micro-batch ('10m'), at
+            least one message. Default: no byte limit.
         orderHint: K of each receive. Default: the queue's.
 
     Sink options:

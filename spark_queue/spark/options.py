@@ -38,6 +38,7 @@ SOURCE_OPTIONS = (
     "maxMessagesPerTrigger",
     "minMessagesPerTrigger",
     "maxTriggerDelay",
+    "maxBytesPerTrigger",
     "orderHint",
     "failOnDataLoss",
 )
@@ -52,6 +53,10 @@ DEFAULT_MAX_MESSAGES_PER_TRIGGER = 100_000
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*")
+_BYTES = re.compile(r"\s*(\d+)\s*(b|k|kb|m|mb|g|gb)?\s*", re.IGNORECASE)
+_UNIT_BYTES = {None: 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+#: Largest maxBytesPerTrigger (1 TiB): anything larger is a typo, not a batch.
+MAX_BYTES_PER_TRIGGER = 1024**4
 _UNIT_SECONDS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
@@ -78,6 +83,18 @@ def parse_duration(option: str, value: str) -> float:
             f"option {option!r} = {value!r}: must be a positive duration such as '30s' or '500ms'"
         )
     return seconds
+
+
+def parse_bytes(option: str, value: str) -> int:
+    """Bytes from '1048576', '512k', '10m' or '1g' (binary units, as Spark's sizes)."""
+    match = _BYTES.fullmatch(str(value))
+    number = int(match[1]) * _UNIT_BYTES[(match[2] or "b")[0].lower()] if match else 0
+    if not 1 <= number <= MAX_BYTES_PER_TRIGGER:
+        raise InvalidSetting(
+            f"option {option!r} = {value!r}: must be a size from 1 byte to 1 TiB, such as"
+            " '1048576', '512k', '10m' or '1g'"
+        )
+    return number
 
 
 def parse_positive_int(option: str, value: str, high: int) -> int:
@@ -219,6 +236,8 @@ class SourceOptions:
         max_trigger_delay: Seconds (see above).
         fail_on_data_loss: Fail the query when a replayed micro-batch finds
             messages gone; False logs them and goes on.
+        max_bytes_per_trigger: Most payload bytes per micro-batch (at least
+            one message); None for no byte limit.
     """
 
     queue: str
@@ -231,6 +250,7 @@ class SourceOptions:
     min_messages_per_trigger: int | None = None
     max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
     fail_on_data_loss: bool = True
+    max_bytes_per_trigger: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -250,6 +270,7 @@ class SourceOptions:
         delay = opts.get("maxtriggerdelay")
         hint = opts.get("orderhint")
         fail = opts.get("failondataloss")
+        max_bytes = opts.get("maxbytespertrigger")
         if delay is not None and minimum is None:
             raise InvalidSetting(
                 f"option 'maxTriggerDelay' = {delay!r}: applies only with 'minMessagesPerTrigger'"
@@ -278,6 +299,9 @@ class SourceOptions:
             if delay is None
             else parse_duration("maxTriggerDelay", delay),
             fail_on_data_loss=True if fail is None else parse_bool("failOnDataLoss", fail),
+            max_bytes_per_trigger=None
+            if max_bytes is None
+            else parse_bytes("maxBytesPerTrigger", max_bytes),
             connection=connection_settings(opts),
             visibility_timeout=None if vt is None else parse_duration("visibilityTimeout", vt),
             max_messages_per_trigger=max_messages,

@@ -59,13 +59,13 @@ from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import QueueNotFound, SparkQueueError
 from spark_queue.message import Message
 from spark_queue.queue import Queue
-from spark_queue.spark import planning
+from spark_queue.spark import admission, planning
 from spark_queue.spark.incarnations import Incarnations, check_part
 from spark_queue.spark.offsets import Offset, incarnations_of
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
 from spark_queue.spark.renewal import LeaseRenewal, renewal_period
 from spark_queue.spark.sharing import BucketSharing, ownership_period
-from spark_queue.store.buckets import now_ms
+from spark_queue.store.buckets import now_ms, visible_sizes
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
@@ -309,6 +309,12 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             plan = []
         elif plan:
             plan = self._owned(found, max_rows)
+            max_bytes = admission.byte_limit(self.options.max_bytes_per_trigger, limit)
+            if max_bytes is not None:
+                owned, plan = plan, admission.cap_bytes(plan, max_bytes, self._sizes)
+                kept = {(p.queue, p.bucket) for p in plan}
+                left = [(p.queue, p.bucket) for p in owned if (p.queue, p.bucket) not in kept]
+                self._sharing.release(left, self._queue)  # others may have them at once
         if plan:
             end = Offset(
                 begin.stream,
@@ -361,6 +367,10 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return plan
             found = [[f for f in fs if (f[0], f[1]) not in refused] for fs in found]
         return [p for p in plan if (p.queue, p.bucket) not in refused]
+
+    def _sizes(self, part: planning.Part) -> list[int]:
+        buckets = self._queue(part.queue).buckets
+        return [size for _, size in visible_sizes(buckets, part.bucket, now_ms(), part.share)]
 
     def _ownership_period(self, queue: Queue) -> float:
         return ownership_period(

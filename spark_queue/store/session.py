@@ -138,7 +138,11 @@ class Store:
             "bucket_counts",
             "ownership",
         }
-        if metadata is not None and wanted <= set(metadata.tables):
+        if (
+            metadata is not None
+            and wanted <= set(metadata.tables)
+            and "payload_bytes" in metadata.tables["messages"].columns
+        ):
             return
         if metadata is None:
             self.execute_ddl(
