@@ -1,4 +1,4 @@
-"""maxBytesPerTrigger: parsing and the byte cap of a plan: pure logic, no Spark job or Cassandra."""
+"""maxBytesPerTrigger and refused Kafka options: parsing, the byte cap of a plan, sizes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.errors import InvalidSetting
 from spark_queue.spark.admission import byte_limit, cap_bytes
-from spark_queue.spark.options import SourceOptions
+from spark_queue.spark.options import SinkOptions, SourceOptions
 from spark_queue.spark.planning import Part
 from spark_queue.store.buckets import now_ms, visible_sizes
 
@@ -87,3 +87,28 @@ def test_sizes_come_from_the_size_column_or_for_older_rows_from_the_payload(
             what="clearing a size",
         )
         assert visible_sizes(buckets, 0, now_ms(), 10)[1] == (ids[1], 70_000)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"startingOffsets": "earliest"}, "'startingOffsets': a Kafka option .* no offsets"),
+        ({"ENDINGOFFSETS": "latest"}, "'endingOffsets': a Kafka option .* no offsets"),
+        ({"includeHeaders": "true"}, "'includeHeaders': .* 'headers' column .* always there"),
+        ({"maxOffsetsPerTrigger": "5"}, "use option 'maxMessagesPerTrigger'"),
+        ({"subscribe": "t"}, "'subscribe': .* use option 'queue'"),
+        ({"kafka.bootstrap.servers": "h:9092"}, r"'kafka.bootstrap.servers': .*'hosts'"),
+        ({"kafka.group.id": "g"}, "'kafka.group.id': a Kafka option"),
+        ({"groupIdPrefix": "g"}, "not consumer groups"),
+    ],
+)
+def test_kafka_options_are_refused_by_name_with_what_to_use(
+    given: dict[str, str], message: str
+) -> None:
+    with pytest.raises(InvalidSetting, match=message):
+        parse(**given)
+
+
+def test_the_kafka_sink_s_topic_points_at_queue() -> None:
+    with pytest.raises(InvalidSetting, match=r"'topic': a Kafka option the bdq sink .* 'queue'"):
+        SinkOptions.parse({"hosts": "127.0.0.1:9042", "topic": "t"})

@@ -273,3 +273,49 @@ def test_max_bytes_per_trigger_caps_batches_lets_a_large_message_go_and_the_stri
     assert batches == [(2, 2000), (1, 1000)]
     assert sorted(ids) == sorted(sent + more)
     assert queue.stats().total == 0
+
+
+def test_a_kafka_option_fails_the_query_at_start_naming_it_and_what_to_use(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
+) -> None:
+    client.create_queue("kafkaesque")
+    df = source(spark, keyspace, queue="kafkaesque", startingOffsets="earliest")
+    with pytest.raises(Exception, match="option 'startingOffsets': a Kafka option the bdq source"):
+        to_memory(df, tmp_path / "ck")[0].awaitTermination(60)
+
+
+def test_min_partitions_splits_a_busy_bucket_among_tasks_and_a_replay_splits_it_alike(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
+) -> None:
+    from pyspark.sql.functions import spark_partition_id
+
+    queue = client.create_queue("hot", bucket_size=100)
+    sent = queue.send_batch([f"h{i}" for i in range(40)])  # a backlog in one bucket
+    checkpoint = tmp_path / "ck"
+    first: dict[int, set[int]] = {}
+    replayed: dict[int, set[tuple[int, int]]] = {}
+
+    def rows(batch: DataFrame) -> list[tuple[int, int, int]]:
+        df = batch.select(spark_partition_id().alias("p"), "id", "delivery_count")
+        return [(r.p, r.id, r.delivery_count) for r in df.collect()]
+
+    def fail(batch: DataFrame, _: int) -> None:
+        for p, i, _count in rows(batch):
+            first.setdefault(p, set()).add(i)
+        raise RuntimeError("the sink failed")  # the batch stays uncommitted
+
+    def keep(batch: DataFrame, _: int) -> None:
+        for p, i, count in rows(batch):
+            replayed.setdefault(p, set()).add((i, count))
+
+    with pytest.raises(StreamingQueryException, match="the sink failed"):
+        run_batches(source(spark, keyspace, queue="hot", minPartitions="4"), checkpoint, fail)
+    # Read by 4 tasks, 10 messages each, each message once.
+    assert sorted(len(ids) for ids in first.values()) == [10, 10, 10, 10]
+    assert sorted(i for ids in first.values() for i in ids) == sorted(sent)
+
+    # A restart replays the slices the offset recorded, whatever minPartitions says now.
+    run_batches(source(spark, keyspace, queue="hot", minPartitions="2"), checkpoint, keep)
+    assert {p: {i for i, _ in got} for p, got in replayed.items()} == first
+    assert {count for got in replayed.values() for _, count in got} == {1}  # same deliveries
+    assert queue.stats().total == 0

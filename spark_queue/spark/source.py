@@ -59,7 +59,7 @@ from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import QueueNotFound, SparkQueueError
 from spark_queue.message import Message
 from spark_queue.queue import Queue
-from spark_queue.spark import admission, planning
+from spark_queue.spark import admission, planning, slicing
 from spark_queue.spark.incarnations import Incarnations, check_part
 from spark_queue.spark.offsets import Offset, incarnations_of
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
@@ -118,6 +118,8 @@ class BucketPartition(InputPartition):
     peek: bool = False
     #: ``queue_id`` (hex) of the queue incarnation the step was planned from ("" unknown).
     incarnation: str = ""
+    #: The id slice ``(first, end)`` of the bucket this part reads; None for all of it.
+    ids: tuple[int, int] | None = None
     value: Any = field(default=None, repr=False)  # InputPartition's own attribute
 
 
@@ -152,6 +154,26 @@ def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
         visibility_timeout=options.visibility_timeout,
         order_hint=options.order_hint,
         buckets=partition.buckets,
+        fail_on_data_loss=options.fail_on_data_loss,
+    )
+    if messages:
+        yield to_record_batch(queue.name, messages)
+
+
+def read_slice(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
+    """Receive one id slice of a bucket (``minPartitions``; see spark.slicing)."""
+    assert partition.ids is not None
+    options = partition.options
+    queue = shared_client(options.connection).queue(options.queue)
+    messages = queue.receive_step_slice(
+        partition.stream,
+        partition.step,
+        partition.part,
+        partition.max_messages,
+        bucket=partition.buckets[0],
+        ids=partition.ids,
+        visibility_timeout=options.visibility_timeout,
+        order_hint=options.order_hint,
         fail_on_data_loss=options.fail_on_data_loss,
     )
     if messages:
@@ -316,6 +338,8 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 left = [(p.queue, p.bucket) for p in owned if (p.queue, p.bucket) not in kept]
                 self._sharing.release(left, self._queue)  # others may have them at once
         if plan:
+            sliced = self._split(plan)
+            plan = [p for p, _ in sliced]
             end = Offset(
                 begin.stream,
                 begin.step + 1,
@@ -323,6 +347,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 tuple(p.share for p in plan),
                 tuple(p.queue for p in plan),
                 incarnations,
+                tuple(s for _, s in sliced) if any(s for _, s in sliced) else (),
             )
             self._planned_step = end.step
             self._last_batch = time.monotonic()
@@ -367,6 +392,20 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return plan
             found = [[f for f in fs if (f[0], f[1]) not in refused] for fs in found]
         return [p for p in plan if (p.queue, p.bucket) not in refused]
+
+    def _split(self, plan: list[planning.Part]) -> list[tuple[planning.Part, Any]]:
+        """``minPartitions``: the busiest parts split into id slices (spark.slicing)."""
+        wanted = self.options.min_partitions
+        if wanted is None or len(plan) >= wanted:
+            return [(p, None) for p in plan]
+
+        def visible(part: planning.Part) -> list[int]:
+            buckets = self._queue(part.queue).buckets
+            return [c.id for c in buckets.scan_candidates(part.bucket, now_ms(), part.share)]
+
+        return slicing.split(
+            plan, wanted, lambda name: self._queue(name).settings.bucket_size, visible
+        )
 
     def _sizes(self, part: planning.Part) -> list[int]:
         buckets = self._queue(part.queue).buckets
@@ -413,8 +452,11 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 last.step,
                 index,
                 incarnation=planned.get(name, ""),
+                ids=ids,
             )
-            for index, (name, bucket, share) in enumerate(parts)
+            for index, ((name, bucket, share), ids) in enumerate(
+                zip(parts, last.part_slices(), strict=True)
+            )
             if name not in gone  # re-created, failOnDataLoss=false: its parts are skipped
         ]
 
@@ -454,6 +496,8 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 fail_on_data_loss=partition.options.fail_on_data_loss,
             ):
                 return iter(())
+        if partition.ids is not None:
+            return read_slice(partition)
         return read_partition(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
