@@ -20,7 +20,9 @@ from dataclasses import replace
 
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes
 
+from spark_queue.queue import Queue
 from spark_queue.spark.planning import Part
+from spark_queue.store.buckets import now_ms, visible_sizes
 
 #: Payload sizes of the visible messages a part would lease, oldest first (at most its share).
 Sizes = Callable[[Part], Sequence[int]]
@@ -58,3 +60,13 @@ def cap_bytes(plan: Sequence[Part], max_bytes: int, sizes: Sizes) -> list[Part]:
         if full:
             break
     return result
+
+
+def visible_sizes_of(open_queue: Callable[[str], Queue]) -> Sizes:
+    """``Sizes`` read from each part's bucket: at most its share, oldest first."""
+
+    def sizes(part: Part) -> list[int]:
+        buckets = open_queue(part.queue).buckets
+        return [n for _, n in visible_sizes(buckets, part.bucket, now_ms(), part.share)]
+
+    return sizes

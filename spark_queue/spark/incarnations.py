@@ -23,7 +23,9 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 
-from spark_queue.errors import DataLoss
+from spark_queue.errors import DataLoss, QueueNotFound
+from spark_queue.queue import Queue
+from spark_queue.spark.offsets import Offset
 from spark_queue.store.journal import Journal
 from spark_queue.store.session import Store
 
@@ -108,6 +110,34 @@ class Incarnations:
                 raise DataLoss(message + _ADVICE)
             log.warning("bdq source: %s (failOnDataLoss=false: going on)", message)
         return result
+
+    def replayed(
+        self,
+        step: Offset,
+        names: Iterable[str],
+        open_queue: Callable[[str], Queue],
+        store: Store,
+        *,
+        replay: bool,
+    ) -> set[str]:
+        """Queues of ``step`` re-created since it was planned (each raises, or is skipped)."""
+        if not step.incarnations:
+            return set()  # written by an older source: nothing to compare
+        ids = {}
+        for name in sorted(names):
+            try:
+                ids[name] = open_queue(name).queue_id.hex
+            except QueueNotFound:
+                continue  # deleted: reading its parts fails with QueueNotFound
+        return self.changed(
+            step.incarnation,
+            ids,
+            store,
+            stream=step.stream,
+            step=step.step,
+            unacked=lambda name: [step.step],
+            replay=replay,
+        )
 
 
 def check_part(

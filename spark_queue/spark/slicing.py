@@ -21,9 +21,16 @@ shares) are split into slices of ids, each read by its own task:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+from spark_queue.message import Delivery
+from spark_queue.queue import Queue
 from spark_queue.spark.offsets import Slice
 from spark_queue.spark.planning import Part
+from spark_queue.store.buckets import now_ms
+
+if TYPE_CHECKING:
+    from spark_queue.spark.source import BucketPartition
 
 #: Visible ids of a part, oldest first, at most its share.
 VisibleIds = Callable[[Part], Sequence[int]]
@@ -99,3 +106,34 @@ def split(
             for bounds, share in cut(ids[: part.share], pieces, first, first + size)
         ]
     return result
+
+
+def split_plan(
+    plan: Sequence[Part], wanted: int | None, open_queue: Callable[[str], Queue]
+) -> list[tuple[Part, Slice | None]]:
+    """``split`` with the queues' bucket sizes and visible ids (no payloads) read from Cassandra."""
+    if wanted is None or len(plan) >= wanted:
+        return [(p, None) for p in plan]
+
+    def visible(part: Part) -> list[int]:
+        buckets = open_queue(part.queue).buckets
+        return [c.id for c in buckets.scan_candidates(part.bucket, now_ms(), part.share)]
+
+    return split(plan, wanted, lambda name: open_queue(name).settings.bucket_size, visible)
+
+
+def receive_slice(queue: Queue, partition: BucketPartition) -> list[Delivery]:
+    """In a task: the deliveries of one slice part (recorded, so a replay returns them again)."""
+    assert partition.ids is not None
+    options = partition.options
+    return queue.receive_step_slice(
+        partition.stream,
+        partition.step,
+        partition.part,
+        partition.max_messages,
+        bucket=partition.buckets[0],
+        ids=partition.ids,
+        visibility_timeout=options.visibility_timeout,
+        order_hint=options.order_hint,
+        fail_on_data_loss=options.fail_on_data_loss,
+    )

@@ -65,7 +65,7 @@ from spark_queue.spark.offsets import Offset, incarnations_of
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
 from spark_queue.spark.renewal import LeaseRenewal, renewal_period
 from spark_queue.spark.sharing import BucketSharing, ownership_period
-from spark_queue.store.buckets import now_ms, visible_sizes
+from spark_queue.store.buckets import now_ms
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
@@ -162,20 +162,8 @@ def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
 
 def read_slice(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
     """Receive one id slice of a bucket (``minPartitions``; see spark.slicing)."""
-    assert partition.ids is not None
-    options = partition.options
-    queue = shared_client(options.connection).queue(options.queue)
-    messages = queue.receive_step_slice(
-        partition.stream,
-        partition.step,
-        partition.part,
-        partition.max_messages,
-        bucket=partition.buckets[0],
-        ids=partition.ids,
-        visibility_timeout=options.visibility_timeout,
-        order_hint=options.order_hint,
-        fail_on_data_loss=options.fail_on_data_loss,
-    )
+    queue = shared_client(partition.options.connection).queue(partition.options.queue)
+    messages = slicing.receive_slice(queue, partition)
     if messages:
         yield to_record_batch(queue.name, messages)
 
@@ -333,12 +321,13 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             plan = self._owned(found, max_rows)
             max_bytes = admission.byte_limit(self.options.max_bytes_per_trigger, limit)
             if max_bytes is not None:
-                owned, plan = plan, admission.cap_bytes(plan, max_bytes, self._sizes)
+                sizes = admission.visible_sizes_of(self._queue)
+                owned, plan = plan, admission.cap_bytes(plan, max_bytes, sizes)
                 kept = {(p.queue, p.bucket) for p in plan}
                 left = [(p.queue, p.bucket) for p in owned if (p.queue, p.bucket) not in kept]
                 self._sharing.release(left, self._queue)  # others may have them at once
         if plan:
-            sliced = self._split(plan)
+            sliced = slicing.split_plan(plan, self.options.min_partitions, self._queue)
             plan = [p for p, _ in sliced]
             end = Offset(
                 begin.stream,
@@ -393,24 +382,6 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             found = [[f for f in fs if (f[0], f[1]) not in refused] for fs in found]
         return [p for p in plan if (p.queue, p.bucket) not in refused]
 
-    def _split(self, plan: list[planning.Part]) -> list[tuple[planning.Part, Any]]:
-        """``minPartitions``: the busiest parts split into id slices (spark.slicing)."""
-        wanted = self.options.min_partitions
-        if wanted is None or len(plan) >= wanted:
-            return [(p, None) for p in plan]
-
-        def visible(part: planning.Part) -> list[int]:
-            buckets = self._queue(part.queue).buckets
-            return [c.id for c in buckets.scan_candidates(part.bucket, now_ms(), part.share)]
-
-        return slicing.split(
-            plan, wanted, lambda name: self._queue(name).settings.bucket_size, visible
-        )
-
-    def _sizes(self, part: planning.Part) -> list[int]:
-        buckets = self._queue(part.queue).buckets
-        return [size for _, size in visible_sizes(buckets, part.bucket, now_ms(), part.share)]
-
     def _ownership_period(self, queue: Queue) -> float:
         return ownership_period(
             self.options.visibility_timeout or queue.settings.visibility_timeout
@@ -440,7 +411,13 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not last.buckets or last.step == Offset.from_dict(start).step:
             return []
         parts = last.parts(self.options.queues)
-        gone = self._replayed_incarnations(last, {name for name, _, _ in parts})
+        gone = self._incarnations.replayed(
+            last,
+            {name for name, _, _ in parts},
+            self._queue,
+            Store.shared(self.options.connection),
+            replay=last.step != self._planned_step,
+        )
         self._track(last)  # a replay after a restart is planned here, not in latestOffset
         planned = last.incarnation
         return [
@@ -459,26 +436,6 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             if name not in gone  # re-created, failOnDataLoss=false: its parts are skipped
         ]
-
-    def _replayed_incarnations(self, step: Offset, names: set[str]) -> set[str]:
-        """Queues of ``step`` re-created since it was planned (each raises, or is skipped)."""
-        if not step.incarnations:
-            return set()  # written by an older source: nothing to compare
-        ids = {}
-        for name in sorted(names):
-            try:
-                ids[name] = self._queue(name).queue_id.hex
-            except QueueNotFound:
-                continue  # deleted: reading its parts fails with QueueNotFound
-        return self._incarnations.changed(
-            step.incarnation,
-            ids,
-            Store.shared(self.options.connection),
-            stream=step.stream,
-            step=step.step,
-            unacked=lambda name: [step.step],
-            replay=step.step != self._planned_step,
-        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BucketPartition)
