@@ -49,6 +49,9 @@ class BdqDataSource(DataSource):
             true); false logs them and goes on.
         maxBytesPerTrigger: Most payload bytes per micro-batch ('10m'), at
             least one message. Default: no byte limit.
+        minPartitions: Fewest input partitions per micro-batch (1 to 64): the
+            busiest buckets are split into id slices read by different tasks.
+            Default: each bucket is one partition.
         orderHint: K of each receive. Default: the queue's.
 
     Sink options:

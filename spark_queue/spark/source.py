@@ -312,7 +312,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             wanted = min(MAX_PARTITIONS, 2 * math.ceil(max_rows / size))
             below = None if tails is None else tails[name]
             found.append([(name, b, size) for b in queue.visible_buckets(wanted, below=below)])
-        renewed = self._check_incarnations(begin, ids)
+        recreated = self._check_incarnations(begin, ids)
         incarnations = incarnations_of({**begin.incarnation, **ids})
         plan = planning.plan(found, max_rows, MAX_PARTITIONS)
         if plan and self._wait_for_more(plan):
@@ -342,7 +342,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._last_batch = time.monotonic()
             self._track(end)
             return end.to_dict()
-        if begin.buckets or renewed:
+        if begin.buckets or recreated:
             # Nothing new, but the last step leased messages: an empty step
             # makes Spark commit it now instead of after the next message.
             # A queue re-created (failOnDataLoss=false): it records the new incarnation.
