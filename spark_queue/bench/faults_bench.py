@@ -301,6 +301,7 @@ class _NodeChaos:
         return f"node {node} still not back after 3 starts ({failure})"
 
 
+
 class _LevelRunner:
     def __init__(
         self,
