@@ -11,6 +11,7 @@ from spark_queue.spark.admission import byte_limit, cap_bytes
 from spark_queue.spark.options import SinkOptions, SourceOptions
 from spark_queue.spark.planning import Part
 from spark_queue.store.buckets import now_ms, visible_sizes
+from spark_queue.store.session import Store
 
 
 def parse(**options: str) -> SourceOptions:
@@ -112,3 +113,18 @@ def test_kafka_options_are_refused_by_name_with_what_to_use(
 def test_the_kafka_sink_s_topic_points_at_queue() -> None:
     with pytest.raises(InvalidSetting, match=r"'topic': a Kafka option the bdq sink .* 'queue'"):
         SinkOptions.parse({"hosts": "127.0.0.1:9042", "topic": "t"})
+
+
+@pytest.mark.cassandra
+def test_a_keyspace_made_before_the_size_column_gets_it_when_a_client_connects(
+    keyspace: ConnectionSettings,
+) -> None:
+    store = Store(keyspace)
+    try:
+        store.execute_ddl(f"ALTER TABLE {keyspace.keyspace}.messages DROP payload_bytes")
+    finally:
+        store.close()
+    with QueueClient(settings=keyspace) as client:  # its store adds the column back
+        queue = client.create_queue("upgraded", bucket_size=10)
+        ids = queue.send_batch([b"abcd"])
+        assert visible_sizes(queue.buckets, 0, now_ms(), 10) == [(ids[0], 4)]
