@@ -67,7 +67,7 @@ from spark_queue.receiving import Receiver, as_datetime
 from spark_queue.redrive import RedriveResult, redrive
 from spark_queue.sending import Headers, Payload, Sender
 from spark_queue.settings_change import read_settings
-from spark_queue.steps import Steps
+from spark_queue.steps import Steps, step_lease
 from spark_queue.store.buckets import Buckets, LeaseCheck, StoredMessage, now_ms
 from spark_queue.store.session import Store
 
@@ -293,6 +293,16 @@ class Queue:
             Deliveries in id order, each with its receipt. Empty if nothing was
             visible within ``wait``.
         """
+        count, timeout_ms, hint = self._receive_args(max_messages, visibility_timeout, order_hint)
+        seconds = check_seconds("wait", wait, allow_zero=True)
+        deliveries = self._receiving.receive(count, timeout_ms, hint, seconds, buckets)
+        self._counts.received.inc(len(deliveries))
+        return deliveries
+
+    def _receive_args(
+        self, max_messages: int, visibility_timeout: float | None, order_hint: int | None
+    ) -> tuple[int, int, int]:
+        """``(count, timeout_ms, hint)`` checked, the queue's defaults filled in."""
         count = check_int("max_messages", max_messages, 1, MAX_BATCH)
         timeout = check_seconds(
             "visibility_timeout",
@@ -304,11 +314,8 @@ class Queue:
             1,
             MAX_ORDER_HINT,
         )
-        seconds = check_seconds("wait", wait, allow_zero=True)
         self._check_alive()
-        deliveries = self._receiving.receive(count, int(timeout * 1000), hint, seconds, buckets)
-        self._counts.received.inc(len(deliveries))
-        return deliveries
+        return count, int(timeout * 1000), hint
 
     def visible_buckets(self, max_buckets: int, below: int | None = None) -> list[int]:
         """Live buckets holding at least one visible message, oldest first.
@@ -425,24 +432,36 @@ class Queue:
         order_hint: int | None = None,
         buckets: Sequence[int] | None = None,
         fail_on_data_loss: bool = False,
+        reclaim: bool = False,
     ) -> list[Delivery]:
         """Receive for one step of a replayable consumer, or replay it (see ``steps.py``).
 
         The first call for ``(consumer, step, part)`` receives as ``receive``
         does and records the deliveries in the journal before returning them.
         Any later call returns the same deliveries (same messages, same
-        receipts) instead of receiving new ones.
+        receipts) instead of receiving new ones. Named ``buckets`` are leased
+        under the step part's own token (``steps.step_lease``).
+
+        Args:
+            reclaim: A retry of a part that may have died between its lease
+                and its journal record (a restarted query, a retried task):
+                first take back what the part leased then (named buckets only).
 
         Raises:
             DataLoss: With ``fail_on_data_loss``, a replay found messages gone.
         """
-        return self._steps.receive(
-            consumer,
-            step,
-            part,
-            lambda: self.receive(max_messages, visibility_timeout, order_hint, buckets=buckets),
-            fail_on_data_loss=fail_on_data_loss,
-        )
+        if buckets is None:
+            return self._steps.receive(
+                consumer,
+                step,
+                part,
+                lambda: self.receive(max_messages, visibility_timeout, order_hint),
+                fail_on_data_loss=fail_on_data_loss,
+            )
+        return self._receive_step_named(
+            consumer, step, part, buckets, None, max_messages, visibility_timeout, order_hint,
+            fail_on_data_loss=fail_on_data_loss, reclaim=reclaim,
+        )  # fmt: skip
 
     def receive_step_slice(
         self,
@@ -456,6 +475,7 @@ class Queue:
         visibility_timeout: float | None = None,
         order_hint: int | None = None,
         fail_on_data_loss: bool = False,
+        reclaim: bool = False,
     ) -> list[Delivery]:
         """``receive_step`` in one id slice of one bucket: ids ``ids[0] <= id < ids[1]``.
 
@@ -468,28 +488,37 @@ class Queue:
                 outside ``bucket``.
             DataLoss: With ``fail_on_data_loss``, a replay found messages gone.
         """
-        count = check_int("max_messages", max_messages, 1, MAX_BATCH)
         size = self.settings.bucket_size
         if not bucket * size <= ids[0] < ids[1] <= (bucket + 1) * size:
             raise InvalidSetting(
                 f"id slice {list(ids)}: must be a non-empty range of ids inside bucket {bucket}"
                 f" ({bucket * size} to {(bucket + 1) * size})"
             )
-        timeout = check_seconds(
-            "visibility_timeout",
-            self.settings.visibility_timeout if visibility_timeout is None else visibility_timeout,
-        )
-        hint = check_int(
-            "order_hint",
-            self.settings.order_hint if order_hint is None else order_hint,
-            1,
-            MAX_ORDER_HINT,
-        )
-        self._check_alive()
+        return self._receive_step_named(
+            consumer, step, part, (bucket,), ids, max_messages, visibility_timeout, order_hint,
+            fail_on_data_loss=fail_on_data_loss, reclaim=reclaim,
+        )  # fmt: skip
+
+    def _receive_step_named(
+        self,
+        consumer: str,
+        step: int,
+        part: int,
+        buckets: Sequence[int],
+        ids: tuple[int, int] | None,
+        max_messages: int,
+        visibility_timeout: float | None,
+        order_hint: int | None,
+        *,
+        fail_on_data_loss: bool,
+        reclaim: bool,
+    ) -> list[Delivery]:
+        count, timeout_ms, hint = self._receive_args(max_messages, visibility_timeout, order_hint)
+        token = step_lease(self.queue_id, consumer, step, part)
 
         def receive() -> list[Delivery]:
-            deliveries = self._receiving.receive_slice(
-                bucket, ids, count, int(timeout * 1000), hint
+            deliveries = self._receiving.receive_named(
+                buckets, count, timeout_ms, hint, ids=ids, token=token, reclaim=reclaim
             )
             self._counts.received.inc(len(deliveries))
             return deliveries

@@ -152,7 +152,7 @@ class Receiver:
     ) -> tuple[list[Delivery], bool]:
         """``(deliveries, raced)``: raced when other consumers took every pick first."""
         if buckets is not None:
-            return self._attempt_named(count, timeout_ms, hint, buckets), False
+            return self.receive_named(buckets, count, timeout_ms, hint), False
         now = now_ms()
         # Claimed rows show up only while a sibling thread's lease is in flight.
         want = count * hint + min(len(self.claims), 4 * count)
@@ -174,30 +174,83 @@ class Receiver:
         ]
         return deliveries, not deliveries
 
-    def _attempt_named(
-        self, count: int, timeout_ms: int, hint: int, buckets: Sequence[int]
+    def receive_named(
+        self,
+        buckets: Sequence[int],
+        count: int,
+        timeout_ms: int,
+        hint: int,
+        *,
+        ids: tuple[int, int] | None = None,
+        token: int | None = None,
+        reclaim: bool = False,
     ) -> list[Delivery]:
         """A receive in buckets the caller has to itself (a Spark partition): plain leases.
 
         Three round trips: the scan reads payloads at once (the caller takes
-        nearly all it finds); the leases are plain writes sharing one fresh
-        token (still new for each message's delivery), so each bucket's go in
-        one statement; and a read-back of the leases alone (no payloads) checks
+        nearly all it finds); the leases are plain writes sharing one token
+        (fresh, or the replayable step's own), so each bucket's go in one
+        statement; and a read-back of the leases alone (no payloads) checks
         that each won (last write wins) and that the message was not acked
         between the scan and the lease write.
+
+        Args:
+            buckets: The buckets to read, in order.
+            count: Most messages to return.
+            timeout_ms: The visibility timeout of the leases.
+            hint: K, the order hint.
+            ids: Only this id slice ``ids[0] <= id < ids[1]`` of the one bucket
+                (a step that split a busy bucket among several tasks).
+            token: The lease token to write (a replayable step part's, see
+                ``steps.step_lease``); default a fresh one.
+            reclaim: First take back the unacked messages already holding
+                ``token``: an earlier attempt of the same step part leased them
+                and died before recording them, so nobody else can see them
+                until their lease runs out.
         """
         now = now_ms()
-        found = self._visible_in(buckets, count * hint, now)
-        chosen = self._past_limit(pick_oldest(found, count, hint, self.claims.rng), now)
-        live = [m for m in chosen if m.expires_at > now]
-        token = new_lease()
-        writes = [replace(_lease(m, timeout_ms, now), lease=token) for m in live]
+        token = token or new_lease()
+        mine = self._held_by(buckets, token, ids) if reclaim else []
+        taken = {(m.bucket, m.id) for m in mine}
+        want = max(count - len(mine), 0)
+        if not want:
+            found = []
+        elif ids is None:
+            found = self._visible_in(buckets, want * hint, now)
+        else:
+            (bucket,) = buckets
+            # The scan starts at the slice's first id and reads in id order, so rows
+            # past the slice come only after every visible one inside it.
+            scanned = self._buckets.scan_visible(bucket, now, want * hint, after=ids[0] - 1)
+            found = [m for m in scanned if m.id < ids[1]]
+        found = [m for m in found if (m.bucket, m.id) not in taken]
+        picked = pick_oldest(found, want, hint, self.claims.rng)
+        fresh = [m for m in self._past_limit(picked, now) if m.expires_at > now]
+        writes = [replace(_lease(m, timeout_ms, now), lease=token) for m in fresh]
+        # Taken back: the dead attempt counted their delivery already.
+        writes += [
+            LeaseWrite(m.bucket, m.id, token, now + timeout_ms, m.delivery_count, m.expires_at)
+            for m in mine
+        ]
+        live = fresh + mine
         self._buckets.write_leases_shared(writes, now)
         held = self._buckets.leases_of([(w.bucket, w.id) for w in writes])
-        return [
+        deliveries = [
             delivery_of(self._buckets.queue_id, m, w)
             for m, w in zip(live, writes, strict=True)
             if held.get((w.bucket, w.id)) == (w.lease, False)
+        ]
+        return sorted(deliveries, key=lambda d: d.id)
+
+    def _held_by(
+        self, buckets: Sequence[int], token: int, ids: tuple[int, int] | None
+    ) -> list[StoredMessage]:
+        """The unacked messages of ``buckets`` (or of the slice ``ids``) leased under ``token``."""
+        return [
+            m
+            for bucket in buckets
+            for m in self._buckets.leased_under(bucket, token)
+            if ids is None or ids[0] <= m.id < ids[1]
         ]
 
     def _visible_in(self, buckets: Sequence[int], want: int, now: int) -> list[StoredMessage]:
@@ -261,30 +314,3 @@ class Receiver:
             else:
                 self._bounds.note_idle(bucket, now)
         return found
-
-    def receive_slice(
-        self, bucket: int, ids: tuple[int, int], count: int, timeout_ms: int, hint: int
-    ) -> list[Delivery]:
-        """Like a receive naming ``bucket``, in its id slice ``ids[0] <= id < ids[1]`` only.
-
-        A Spark step that split a busy bucket among several tasks (option
-        ``minPartitions``) gives each one slice; the step's driver owns the
-        whole bucket, so the slices' plain leases race with nobody. The scan
-        starts at the slice's first id and reads in id order, so rows past
-        the slice come only after every visible one inside it and are dropped.
-        """
-        now = now_ms()
-        first, end = ids
-        scanned = self._buckets.scan_visible(bucket, now, count * hint, after=first - 1)
-        found = [m for m in scanned if m.id < end]
-        chosen = self._past_limit(pick_oldest(found, count, hint, self.claims.rng), now)
-        live = [m for m in chosen if m.expires_at > now]
-        token = new_lease()
-        writes = [replace(_lease(m, timeout_ms, now), lease=token) for m in live]
-        self._buckets.write_leases_shared(writes, now)
-        held = self._buckets.leases_of([(w.bucket, w.id) for w in writes])
-        return [
-            delivery_of(self._buckets.queue_id, m, w)
-            for m, w in zip(live, writes, strict=True)
-            if held.get((w.bucket, w.id)) == (w.lease, False)
-        ]

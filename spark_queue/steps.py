@@ -10,6 +10,7 @@ Acking a step acks everything its parts received, then forgets the step.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -24,6 +25,19 @@ from spark_queue.store.session import Store
 log = logging.getLogger(__name__)
 
 Receive = Callable[[], list[Delivery]]
+
+
+def step_lease(queue_id: uuid.UUID, consumer: str, step: int, part: int) -> int:
+    """The lease token every attempt of one step part writes: derived from its name.
+
+    A first attempt that leased messages and died before recording them in
+    the journal left them invisible under this token; the next attempt of
+    the same part finds them by it and takes them back (``reclaim``)
+    instead of leaving them hidden until their lease runs out.
+    """
+    name = f"{queue_id.hex}/{consumer}/{step}/{part}".encode()
+    token = int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "big") >> 1
+    return token or 1  # 0 means "never delivered"
 
 
 class Steps:

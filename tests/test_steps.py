@@ -11,6 +11,7 @@ import pytest
 from spark_queue import ConnectionSettings, QueueClient, SparkQueueError
 from spark_queue.errors import BackendUnavailable
 from spark_queue.queue import Queue
+from spark_queue.store.journal import Journal
 from spark_queue.store.send_log import SendLog, SendState
 
 pytestmark = pytest.mark.cassandra
@@ -181,3 +182,38 @@ def test_slices_of_a_bucket_receive_only_their_ids_replay_alike_and_ack_with_the
     assert queue.stats().total == 0
     with pytest.raises(SparkQueueError, match=r"id slice \[8, 12\]: must be a non-empty range"):
         queue.receive_step_slice("q", 4, 0, 10, bucket=0, ids=(8, 12))
+
+
+class Crash(Exception):
+    """Stands for a process killed at that point."""
+
+
+def test_a_part_that_died_between_its_lease_and_its_journal_takes_its_messages_back(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a step part whose first attempt leased 4 messages, then died before recording them
+    queue = client.create_queue("reclaim", bucket_size=10, visibility_timeout=600)
+    ids = queue.send_batch([str(i).encode() for i in range(10)])
+
+    def killed(*_: Any, **__: Any) -> None:
+        raise Crash
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Journal, "record", killed)
+        with pytest.raises(Crash):
+            queue.receive_step("q", 5, 0, 4, buckets=[0])
+        with pytest.raises(Crash):
+            queue.receive_step_slice("q", 5, 1, 3, bucket=0, ids=(6, 10))
+    assert queue.stats().in_flight == 7  # hidden for the 600 s of their leases
+
+    # When the parts are tried again (a restarted query replays the step)
+    retry = queue.receive_step("q", 5, 0, 4, buckets=[0], reclaim=True)
+    retry_slice = queue.receive_step_slice("q", 5, 1, 3, bucket=0, ids=(6, 10), reclaim=True)
+
+    # Then they take back exactly what their first attempts leased, counted as one delivery
+    assert [d.id for d in retry] == ids[:4]
+    assert [d.id for d in retry_slice] == ids[6:9]
+    assert {d.delivery_count for d in retry + retry_slice} == {1}
+    # and the step's ack covers them: only the three never leased are left
+    assert queue.ack_step("q", 5) == (7, 0)
+    assert queue.stats().total == 3

@@ -122,7 +122,7 @@ def split_plan(
     return split(plan, wanted, lambda name: open_queue(name).settings.bucket_size, visible)
 
 
-def receive_slice(queue: Queue, partition: BucketPartition) -> list[Delivery]:
+def receive_slice(queue: Queue, partition: BucketPartition, *, reclaim: bool) -> list[Delivery]:
     """In a task: the deliveries of one slice part (recorded, so a replay returns them again)."""
     assert partition.ids is not None
     options = partition.options
@@ -136,4 +136,5 @@ def receive_slice(queue: Queue, partition: BucketPartition) -> list[Delivery]:
         visibility_timeout=options.visibility_timeout,
         order_hint=options.order_hint,
         fail_on_data_loss=options.fail_on_data_loss,
+        reclaim=reclaim,
     )

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -120,6 +121,8 @@ class BucketPartition(InputPartition):
     incarnation: str = ""
     #: The id slice ``(first, end)`` of the bucket this part reads; None for all of it.
     ids: tuple[int, int] | None = None
+    #: The step was planned by an earlier run of the query (a replay after a restart).
+    replay: bool = False
     value: Any = field(default=None, repr=False)  # InputPartition's own attribute
 
 
@@ -155,15 +158,26 @@ def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
         order_hint=options.order_hint,
         buckets=partition.buckets,
         fail_on_data_loss=options.fail_on_data_loss,
+        reclaim=may_reclaim(partition),
     )
     if messages:
         yield to_record_batch(queue.name, messages)
 
 
+def may_reclaim(partition: BucketPartition) -> bool:
+    """Whether an earlier attempt of this part may have leased messages it never recorded.
+
+    A replayed step (the query restarted) or a retried task (its first attempt
+    died): the receive then first takes back what holds the part's lease token.
+    """
+    context = TaskContext.get()
+    return partition.replay or (context is not None and context.attemptNumber() > 0)
+
+
 def read_slice(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
     """Receive one id slice of a bucket (``minPartitions``; see spark.slicing)."""
     queue = shared_client(partition.options.connection).queue(partition.options.queue)
-    messages = slicing.receive_slice(queue, partition)
+    messages = slicing.receive_slice(queue, partition, reclaim=may_reclaim(partition))
     if messages:
         yield to_record_batch(queue.name, messages)
 
@@ -420,12 +434,13 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not last.buckets or last.step == Offset.from_dict(start).step:
             return []
         parts = last.parts(self.options.queues)
+        replayed = last.step != self._planned_step
         gone = self._incarnations.replayed(
             last,
             {name for name, _, _ in parts},
             self._queue,
             Store.shared(self.options.connection),
-            replay=last.step != self._planned_step,
+            replay=replayed,
         )
         self._track(last)  # a replay after a restart is planned here, not in latestOffset
         planned = last.incarnation
@@ -439,6 +454,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 index,
                 incarnation=planned.get(name, ""),
                 ids=ids,
+                replay=replayed,
             )
             for index, ((name, bucket, share), ids) in enumerate(
                 zip(parts, last.part_slices(), strict=True)

@@ -46,6 +46,10 @@ SCAN_VISIBLE_AFTER = (
     f"SELECT {_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id > ?"
     " AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
 )
+SCAN_LEASED = (
+    f"SELECT {_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ?"
+    " AND lease = ? AND acked = false ALLOW FILTERING"
+)
 SCAN_UNACKED = (
     "SELECT id, toUnixTimestamp(visible_at), delivery_count, toUnixTimestamp(expires_at)"
     " FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND acked = false ALLOW FILTERING"
@@ -472,6 +476,11 @@ class Buckets:
             rows = self._scan(
                 SCAN_VISIBLE_AFTER, (self.queue_id, bucket, after, now, limit), bucket
             )
+        return [m for row in rows if (m := _stored(row, bucket)) is not None]
+
+    def leased_under(self, bucket: int, lease: int) -> list[StoredMessage]:
+        """The unacked messages of ``bucket`` whose current lease is ``lease``, payloads too."""
+        rows = self._scan(SCAN_LEASED, (self.queue_id, bucket, lease), bucket)
         return [m for row in rows if (m := _stored(row, bucket)) is not None]
 
     def _scan(self, cql: str, params: Sequence[Any], bucket: int) -> list[tuple[Any, ...]]:
