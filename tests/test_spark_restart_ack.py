@@ -10,17 +10,33 @@ The reader's calls are made here as Spark makes them (real Cassandra, no job).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from spark_queue import ConnectionSettings, QueueClient
+from spark_queue.queue import Queue
 from spark_queue.spark.options import SourceOptions, connector_options
 from spark_queue.spark.sharing import BucketSharing
 from spark_queue.spark.source import BdqStreamReader
 
 pytestmark = [pytest.mark.cassandra]
+
+
+@pytest.fixture
+def relay(keyspace: ConnectionSettings) -> Iterator[tuple[Queue, SourceOptions]]:
+    """Queue ``relay`` holding 40 messages in buckets of 10, and a source's options on it."""
+    with QueueClient(settings=keyspace) as client:
+        queue = client.create_queue("relay", bucket_size=10)
+        queue.send_batch([f"m{i}".encode() for i in range(40)])
+        yield (
+            queue,
+            SourceOptions.parse(
+                {**connector_options(keyspace), "queue": "relay", "visibilityTimeout": "600s"}
+            ),
+        )
 
 
 def run_batch(reader: BdqStreamReader, start: dict[str, Any], end: dict[str, Any]) -> int:
@@ -31,59 +47,49 @@ def run_batch(reader: BdqStreamReader, start: dict[str, Any], end: dict[str, Any
 
 
 def test_a_restarted_reader_acks_the_step_whose_ack_a_crash_cut_off(
-    keyspace: ConnectionSettings,
+    relay: tuple[Queue, SourceOptions],
 ) -> None:
-    with QueueClient(settings=keyspace) as client:
-        queue = client.create_queue("relay", bucket_size=10)
-        queue.send_batch([f"m{i}".encode() for i in range(40)])
-        options = SourceOptions.parse(
-            {**connector_options(keyspace), "queue": "relay", "visibilityTimeout": "600s"}
-        )
-        # Given a query that read step 1, committed it in its sink, planned step 2
-        # and died before its source acked step 1
-        first = BdqStreamReader(options)
-        try:
-            start = first.initialOffset()
-            one = first.latestOffset(start, ReadMaxRows(20))
-            assert run_batch(first, start, one) == 20
-            two = first.latestOffset(one, ReadMaxRows(20))
-        finally:
-            first.stop()
+    queue, options = relay
+    # Given a query that read step 1, committed it in its sink, planned step 2
+    # and died before its source acked step 1
+    first = BdqStreamReader(options)
+    try:
+        start = first.initialOffset()
+        one = first.latestOffset(start, ReadMaxRows(20))
+        assert run_batch(first, start, one) == 20
+        two = first.latestOffset(one, ReadMaxRows(20))
+    finally:
+        first.stop()
 
-        # When the restarted query replays step 2 and commits it, as Spark does
-        second = BdqStreamReader(options)
-        try:
-            assert run_batch(second, one, two) == 20
-            second.commit(two)
-        finally:
-            second.stop()
+    # When the restarted query replays step 2 and commits it, as Spark does
+    second = BdqStreamReader(options)
+    try:
+        assert run_batch(second, one, two) == 20
+        second.commit(two)
+    finally:
+        second.stop()
 
-        # Then both steps are acked: nothing is left leased to come back later
-        assert queue.stats(exact=True).total == 0
+    # Then both steps are acked: nothing is left leased to come back later
+    assert queue.stats(exact=True).total == 0
 
 
 def test_a_restarted_reader_owns_again_the_buckets_its_dead_driver_took(
-    keyspace: ConnectionSettings,
+    relay: tuple[Queue, SourceOptions],
 ) -> None:
-    with QueueClient(settings=keyspace) as client:
-        queue = client.create_queue("relay", bucket_size=10)
-        queue.send_batch([f"m{i}".encode() for i in range(40)])
-        options = SourceOptions.parse(
-            {**connector_options(keyspace), "queue": "relay", "visibilityTimeout": "600s"}
-        )
-        # Given a driver that took buckets 0 and 1 while planning a batch and died
-        # before Spark logged it (its ownership lasts 600 s: nothing releases it)
-        start = BdqStreamReader(options).initialOffset()
-        dead = BucketSharing("bdq")
-        dead.name_after(start["stream"])
-        assert dead.take(queue, [0, 1], 600) == {0, 1}
+    queue, options = relay
+    # Given a driver that took buckets 0 and 1 while planning a batch and died
+    # before Spark logged it (its ownership lasts 600 s: nothing releases it)
+    start = BdqStreamReader(options).initialOffset()
+    dead = BucketSharing("bdq")
+    dead.name_after(start["stream"])
+    assert dead.take(queue, [0, 1], 600) == {0, 1}
 
-        # When the restarted query plans from the same checkpointed offset
-        restarted = BdqStreamReader(options)
-        try:
-            end = restarted.latestOffset(start, ReadMaxRows(20))
-        finally:
-            restarted.stop()
+    # When the restarted query plans from the same checkpointed offset
+    restarted = BdqStreamReader(options)
+    try:
+        end = restarted.latestOffset(start, ReadMaxRows(20))
+    finally:
+        restarted.stop()
 
-        # Then it plans them again instead of leaving them out until the period ends
-        assert end["buckets"] == [0, 1]
+    # Then it plans them again instead of leaving them out until the period ends
+    assert end["buckets"] == [0, 1]

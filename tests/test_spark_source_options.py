@@ -118,12 +118,19 @@ def test_min_messages_per_trigger_waits_for_a_full_batch_unless_the_delay_passed
         query.stop()
 
 
-def _fail_after_reading(seen: list[int]) -> Callable[[DataFrame, int], None]:
+def _read_then_fail(
+    spark: SparkSession, keyspace: ConnectionSettings, queue: str, checkpoint: Path
+) -> list[int]:
+    """Run a first batch whose sink fails after reading it: the ids it read, left uncommitted."""
+    seen: list[int] = []
+
     def handle(batch: DataFrame, batch_id: int) -> None:
         seen.extend(r.id for r in batch.select("id").collect())
         raise RuntimeError("the sink failed")  # the batch stays uncommitted
 
-    return handle
+    with pytest.raises(StreamingQueryException, match="the sink failed"):
+        run_batches(source(spark, keyspace, queue=queue), checkpoint, handle)
+    return seen
 
 
 def test_fail_on_data_loss_names_queue_step_and_count_or_logs_and_goes_on(
@@ -131,9 +138,8 @@ def test_fail_on_data_loss_names_queue_step_and_count_or_logs_and_goes_on(
 ) -> None:
     queue = client.create_queue("lossy", bucket_size=100)
     queue.send_batch([f"l{i}" for i in range(20)])
-    checkpoint, first = tmp_path / "ck", []
-    with pytest.raises(StreamingQueryException, match="the sink failed"):
-        run_batches(source(spark, keyspace, queue="lossy"), checkpoint, _fail_after_reading(first))
+    checkpoint = tmp_path / "ck"
+    first = _read_then_fail(spark, keyspace, "lossy", checkpoint)
     assert len(first) == 20
     queue.purge()  # the batch's messages are gone before its replay
 
@@ -158,9 +164,8 @@ def test_a_checkpoint_in_the_one_queue_offset_format_replays_the_same_messages(
     queue = client.create_queue("legacy", bucket_size=100)
     client.create_queue("legacy2")
     ids = queue.send_batch([f"o{i}" for i in range(20)])
-    checkpoint, first = tmp_path / "ck", []
-    with pytest.raises(StreamingQueryException, match="the sink failed"):
-        run_batches(source(spark, keyspace, queue="legacy"), checkpoint, _fail_after_reading(first))
+    checkpoint = tmp_path / "ck"
+    first = _read_then_fail(spark, keyspace, "legacy", checkpoint)
     # Rewrite the planned batch's offset as the source wrote it before it read several queues.
     log = checkpoint / "offsets" / "0"
     lines = log.read_text().splitlines()
@@ -187,9 +192,8 @@ def test_a_queue_recreated_under_a_restarted_stream_fails_its_replay_or_goes_on_
 ) -> None:
     queue = client.create_queue("reborn", bucket_size=100)
     queue.send_batch([f"old{i}" for i in range(20)])
-    checkpoint, first = tmp_path / "ck", []
-    with pytest.raises(StreamingQueryException, match="the sink failed"):
-        run_batches(source(spark, keyspace, queue="reborn"), checkpoint, _fail_after_reading(first))
+    checkpoint = tmp_path / "ck"
+    first = _read_then_fail(spark, keyspace, "reborn", checkpoint)
     assert len(first) == 20
     client.delete_queue("reborn")
     fresh = client.create_queue("reborn", bucket_size=100).send_batch([f"new{i}" for i in range(5)])
