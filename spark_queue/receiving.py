@@ -50,7 +50,7 @@ import functools
 import time
 import uuid
 from collections.abc import Collection, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -89,6 +89,15 @@ def _lease(m: Candidate | StoredMessage, timeout_ms: int, now: int) -> LeaseWrit
         delivery_count=m.delivery_count + 1,
         expires_at=m.expires_at,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """Where a lane's next scan starts: past message ``id`` of ``bucket``, until ``until`` (ms)."""
+
+    bucket: int
+    id: int
+    until: int
 
 
 def delivery_of(queue_id: uuid.UUID, m: StoredMessage, w: LeaseWrite) -> Delivery:
@@ -133,6 +142,7 @@ class Receiver:
         self.claims = Claims()
         self.lanes = LaneOwner(buckets.store, buckets.queue_id, settings.lanes)
         self._lane_idle: dict[tuple[int, int], int] = {}  # (lane, bucket) -> skip until (ms)
+        self._lane_floor: dict[int, Floor] = {}
 
     def receive(
         self, count: int, timeout_ms: int, hint: int, wait: float, buckets: Sequence[int] | None
@@ -187,6 +197,7 @@ class Receiver:
             if not found:
                 break
         chosen = self.claims.pick(found, count, hint, timeout_ms / 1000, time.monotonic())
+        picked = {(m.bucket, m.id) for m in chosen}
         chosen = self._past_limit(chosen, now)
         live = [m for m in chosen if m.expires_at > now]
         # Lease only in lanes still surely ours: past Grant.until another
@@ -195,6 +206,7 @@ class Receiver:
         late = [m for m in live if lane_of[(m.bucket, m.id)] not in safe]
         self.claims.drop((m.bucket, m.id) for m in late)
         live = [m for m in live if lane_of[(m.bucket, m.id)] in safe]
+        self._advance_floors(found, lane_of, picked - {(m.bucket, m.id) for m in late}, timeout_ms)
         if not live:
             return []
         writes = [_lease(m, timeout_ms, now) for m in live]
@@ -212,10 +224,21 @@ class Receiver:
         ]
 
     def _lane_visible(self, lane: int, want: int, now: int) -> list[StoredMessage]:
-        """Up to ``want`` visible messages (payloads too) of ``lane``, in id order."""
+        """Up to ``want`` visible messages (payloads too) of ``lane``, in id order.
+
+        A scan starts past the last message the previous one found (the
+        lane's floor): below it, every message of the lane was invisible then
+        (acked, in flight or delayed), so reading those rows again, acked
+        ones above all, is wasted. A lease running out, a delay ending or a
+        late write below the floor is seen at the next full scan, made every
+        ``IDLE_RECHECK`` seconds.
+        """
         found: list[StoredMessage] = []
         bucket, tail_refreshed = self._bounds.head, False
         lanes = self.lanes.lanes
+        floor = self._lane_floor.get(lane)
+        if floor is not None and floor.until <= now:
+            floor = None  # time for a full scan
         while len(found) < want:
             if bucket > self._bounds.last_bucket():
                 # Out of known buckets: the sequence may have moved since we looked.
@@ -223,16 +246,45 @@ class Receiver:
                     break
                 tail_refreshed = True
                 continue
+            below = floor is not None and bucket < floor.bucket
             if (
-                not self._bounds.skipped(bucket, now)
+                not below
+                and not self._bounds.skipped(bucket, now)
                 and self._lane_idle.get((lane, bucket), 0) <= now
             ):
-                rows = scan_lane(self._buckets, bucket, lane, lanes, now, want - len(found))
+                after = floor.id if floor is not None and floor.bucket == bucket else None
+                rows = scan_lane(self._buckets, bucket, lane, lanes, now, want - len(found), after)
                 found.extend(rows)
                 if not rows:
                     self._note_lane_idle(lane, bucket, now)
             bucket += 1
         return found
+
+    def _advance_floors(
+        self,
+        found: Sequence[StoredMessage],
+        lane_of: dict[tuple[int, int], int],
+        passed: set[tuple[int, int]],
+        timeout_ms: int,
+    ) -> None:
+        """Move each lane's floor past the found messages this receive took, up to the first not.
+
+        A floor lasts until the first lease written below it may run out, and
+        ``IDLE_RECHECK`` seconds at most: then a full scan sees what came back.
+        """
+        now = now_ms()
+        stopped: set[int] = set()
+        for m in found:  # lane by lane, each in id order
+            lane = lane_of[(m.bucket, m.id)]
+            if lane in stopped:
+                continue
+            if (m.bucket, m.id) not in passed:
+                stopped.add(lane)
+                continue
+            floor = self._lane_floor.get(lane)
+            fresh = floor is not None and floor.until > now
+            until = floor.until if fresh and floor is not None else now + int(IDLE_RECHECK * 1000)
+            self._lane_floor[lane] = Floor(m.bucket, m.id, min(until, now + timeout_ms))
 
     def _note_lane_idle(self, lane: int, bucket: int, now: int) -> None:
         """Skip ``bucket`` for ``lane`` for a while: it had no visible message of it."""
@@ -253,6 +305,7 @@ class Receiver:
         """Look at ``bucket`` again on the next receive (a message may be visible there now)."""
         self._bounds.unskip(bucket)
         self._lane_idle = {k: t for k, t in self._lane_idle.items() if k[1] != bucket}
+        self._lane_floor.clear()
 
     def _busy_lanes(self, owned: Collection[int], now: int) -> set[int]:
         """Lanes with visible messages in the first head buckets, stopping at one not ``owned``."""

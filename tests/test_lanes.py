@@ -142,6 +142,7 @@ def test_competing_consumers_own_different_lanes_and_keep_each_keys_order(
                     time.sleep(0.05)
                     continue
                 idle_since = time.monotonic()
+                time.sleep(0.05)  # the work: each lane takes a consumer at least half a second
                 stale = set(handle.ack_batch([d.receipt for d in got], strict=False))
                 with lock:
                     arrivals.extend((d.id, keys[int(d.payload) % 3]) for d in got)

@@ -8,10 +8,16 @@ reads without the lane filter: its rows may predate the ``lane`` column
 
 from __future__ import annotations
 
+from typing import Any
+
 from spark_queue.store.buckets import MESSAGE_COLUMNS, Buckets, StoredMessage, stored_message
 
 SCAN_LANE = (
     f"SELECT {MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ?"
+    " AND lane = ? AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
+)
+SCAN_LANE_AFTER = (
+    f"SELECT {MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id > ?"
     " AND lane = ? AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
 )
 LANE_UNACKED = (
@@ -25,12 +31,27 @@ BUSY_LANES = (
 
 
 def scan_lane(
-    buckets: Buckets, bucket: int, lane: int, lanes: int, now: int, limit: int
+    buckets: Buckets,
+    bucket: int,
+    lane: int,
+    lanes: int,
+    now: int,
+    limit: int,
+    after: int | None = None,
 ) -> list[StoredMessage]:
-    """Up to ``limit`` unacked messages of ``lane`` in ``bucket`` visible at ``now``, by id."""
+    """Up to ``limit`` unacked messages of ``lane`` in ``bucket`` visible at ``now``, by id.
+
+    ``after`` skips ids up to and including it: the partition is read from
+    there, not from its first row.
+    """
     if lanes == 1:
-        return buckets.scan_visible(bucket, now, limit)
-    rows = buckets.scan_rows(SCAN_LANE, (buckets.queue_id, bucket, lane, now, limit), bucket)
+        return buckets.scan_visible(bucket, now, limit, after)
+    params: tuple[Any, ...]
+    if after is None:
+        cql, params = SCAN_LANE, (buckets.queue_id, bucket, lane, now, limit)
+    else:
+        cql, params = SCAN_LANE_AFTER, (buckets.queue_id, bucket, after, lane, now, limit)
+    rows = buckets.scan_rows(cql, params, bucket)
     return [m for row in rows if (m := stored_message(row, bucket)) is not None]
 
 
