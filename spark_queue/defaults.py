@@ -52,7 +52,10 @@ COUNT_BUDGET = 16
 SETTINGS_REFRESH = 2.0
 #: Seconds a consumer owns a lane unless it renews (it renews at a third of it).
 LANE_PERIOD = 10.0
-#: Seconds a consumer with nothing to receive waits before looking for free lanes again.
+#: Seconds a consumer with nothing to receive waits before looking for free lanes again;
+#: doubled after each fruitless look up to ``LANE_LOOK_PAUSE_MAX``.
 LANE_LOOK_PAUSE = 0.2
+#: Longest pause between two looks for free lanes (a consumer with nothing to do).
+LANE_LOOK_PAUSE_MAX = 2.0
 #: Head buckets a look for free lanes reads (lane and visibility columns only).
 LANE_LOOK_BUCKETS = 4

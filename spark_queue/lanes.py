@@ -19,16 +19,17 @@ group at a time, in order. Here that unit is the **lane**.
   lightweight transaction, renewals of all of a consumer's lanes go in one
   conditional batch, at a third of the period (``LANE_PERIOD``); a lane found
   without messages for a third of the period is released instead.
-* **Fair sharing without a coordinator.** A consumer whose lanes hold nothing
-  visible (or that owns none) looks, at most every ``LANE_LOOK_PAUSE``
-  seconds, for lanes with visible messages that no live consumer owns (the
-  owners' one partition, then the lane and visibility columns of a few head
-  buckets, no payloads) and takes ONE of them, chosen at random; so three
-  consumers on three busy lanes end up with one each. A consumer owning busy
-  lanes takes one more free busy lane per renewal, so a lone consumer ends
-  up serving all of them. When every lane with messages is owned by others,
-  a consumer receives nothing and waits (Kafka: consumers beyond the number
-  of partitions idle).
+* **Fair sharing without a coordinator.** A consumer whose lanes come up
+  short (or that owns none) looks for lanes with visible messages that no
+  live consumer owns (the owners' one partition, then the lane and
+  visibility columns of a few head buckets, no payloads) and takes ONE of
+  them, chosen at random; so three consumers on three busy lanes end up with
+  one each. After a fruitless look it waits ``LANE_LOOK_PAUSE`` seconds
+  before the next, doubling up to ``LANE_LOOK_PAUSE_MAX``. A consumer owning
+  busy lanes takes one more free busy lane per renewal, so a lone consumer
+  ends up serving all of them. When every lane with messages is owned by
+  others, a consumer receives nothing and waits (Kafka: consumers beyond the
+  number of partitions idle).
 * **Takeover.** An owner that stops renewing (crash, SIGKILL, lost network)
   loses its lanes when their rows expire, at most ``ceil(LANE_PERIOD) + 1``
   seconds after its last renewal (the bound of ``ownership.py``); a closed
@@ -51,7 +52,7 @@ import zlib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from spark_queue.defaults import LANE_LOOK_PAUSE, LANE_PERIOD
+from spark_queue.defaults import LANE_LOOK_PAUSE, LANE_LOOK_PAUSE_MAX, LANE_PERIOD
 from spark_queue.errors import InvalidMessage
 from spark_queue.ownership import Key, Ownership, check_period, new_owner
 from spark_queue.store.session import Store
@@ -135,6 +136,7 @@ class LaneOwner:
         self._owned: dict[int, OwnedLane] = {}
         self._renew_at = 0.0
         self._look_at = 0.0
+        self._pause = LANE_LOOK_PAUSE
 
     # -- what a receive asks --------------------------------------------------------
 
@@ -188,8 +190,10 @@ class LaneOwner:
         """Take ONE free lane with visible messages; after a fruitless look, pause.
 
         A look that found nothing to take (every busy lane owned, or lost to a
-        faster consumer) is not repeated for ``LANE_LOOK_PAUSE`` seconds, so
-        consumers beyond the busy lanes cost little while they wait.
+        faster consumer) is not repeated for ``LANE_LOOK_PAUSE`` seconds,
+        doubled after each fruitless look up to ``LANE_LOOK_PAUSE_MAX``, so
+        consumers beyond the busy lanes cost little while they wait (and see
+        a lane freed or filled up to that long later).
 
         Args:
             busy_lanes: Reads lanes with visible messages (a few head buckets),
@@ -203,9 +207,12 @@ class LaneOwner:
             if not force and time.monotonic() < self._look_at:
                 return None
         taken = self._look(busy_lanes)
-        if taken is None:  # nothing to take: do not look again for a pause
-            with self._lock:
-                self._look_at = time.monotonic() + LANE_LOOK_PAUSE
+        with self._lock:
+            if taken is None:  # nothing to take: do not look again for a while
+                self._look_at = time.monotonic() + self._pause
+                self._pause = min(self._pause * 2, LANE_LOOK_PAUSE_MAX)
+            else:
+                self._pause = LANE_LOOK_PAUSE
         return taken
 
     def _look(self, busy_lanes: BusyLanes) -> int | None:
