@@ -14,8 +14,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 
 import pytest
+from click.testing import CliRunner
 
 from spark_queue import ConnectionSettings, InvalidMessage, InvalidSetting, QueueClient
+from spark_queue.cli import main
 from spark_queue.lanes import StickyLane, choose_free_lane, lane_of
 from spark_queue.ownership import ttl_of
 
@@ -216,3 +218,18 @@ def test_a_consumer_that_stops_renewing_loses_its_lanes_after_the_period(
     assert waited >= period - 0.5  # not before the period
     assert waited <= ttl_of(period) + 5.0  # the bound, plus slack for this busy machine
     gone.close()
+
+
+@cassandra
+def test_cli_creates_a_queue_of_lanes_and_sends_by_key(
+    keyspace: ConnectionSettings, client: QueueClient
+) -> None:
+    where = ["--hosts", ",".join(str(h) for h in keyspace.hosts), "--keyspace", keyspace.keyspace]
+    runner = CliRunner()
+    created = runner.invoke(main, ["queue", "create", "cli-lanes", "--lanes", "4", *where])
+    assert created.exit_code == 0, created.output
+    sent = runner.invoke(main, ["send", "cli-lanes", "a", "b", "--key", "user-9", *where])
+    assert sent.exit_code == 0, sent.output
+
+    assert client.queue("cli-lanes").settings.lanes == 4
+    assert set(stored_lanes(client, "cli-lanes").values()) == {lane_of("user-9", 4)}
