@@ -57,7 +57,7 @@ from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Message, QueueStats, Receipt, new_lease
 from spark_queue.metrics import QueueCounters
 from spark_queue.producer import Producer
-from spark_queue.receiving import Receiver, as_datetime
+from spark_queue.receiving import Leased, Receiver, as_datetime
 from spark_queue.redrive import RedriveResult, redrive
 from spark_queue.sending import Headers, Payload, Sender
 from spark_queue.settings_change import read_settings
@@ -436,6 +436,48 @@ class Queue:
             part,
             lambda: self.receive(max_messages, visibility_timeout, order_hint, buckets=buckets),
             fail_on_data_loss=fail_on_data_loss,
+        )
+
+    def receive_step_leased(
+        self,
+        consumer: str,
+        step: int,
+        part: int,
+        max_messages: int,
+        *,
+        buckets: Sequence[int],
+        visibility_timeout: float | None = None,
+        order_hint: int | None = None,
+        fail_on_data_loss: bool = False,
+    ) -> list[Leased]:
+        """``receive_step`` in named buckets, as messages with their leases (no receipts).
+
+        For a caller that hands out the messages' fields and acks the step as a
+        whole (the Spark source): it skips building a receipt per message.
+
+        Raises:
+            DataLoss: With ``fail_on_data_loss``, a replay found messages gone.
+        """
+        count = check_int("max_messages", max_messages, 1, MAX_BATCH)
+        timeout = check_seconds(
+            "visibility_timeout",
+            self.settings.visibility_timeout if visibility_timeout is None else visibility_timeout,
+        )
+        hint = check_int(
+            "order_hint",
+            self.settings.order_hint if order_hint is None else order_hint,
+            1,
+            MAX_ORDER_HINT,
+        )
+        self._check_alive()
+
+        def lease() -> list[Leased]:
+            leased = self._receiving.lease_named(count, int(timeout * 1000), hint, buckets)
+            self._counts.received.inc(len(leased))
+            return leased
+
+        return self._steps.receive_leased(
+            consumer, step, part, lease, fail_on_data_loss=fail_on_data_loss
         )
 
     def renew_step(

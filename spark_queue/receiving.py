@@ -44,7 +44,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -55,6 +54,9 @@ from spark_queue.dead_letters import DeadLetters
 from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Receipt, new_lease
 from spark_queue.store.buckets import Buckets, Candidate, LeaseWrite, StoredMessage, now_ms
+
+#: A message with the lease a receive wrote on it (its delivery, before any receipt).
+Leased = tuple[StoredMessage, LeaseWrite]
 
 #: Scans a receive makes at once after other consumers took all of its picks.
 RACE_RETRIES = 4
@@ -177,6 +179,16 @@ class Receiver:
     def _attempt_named(
         self, count: int, timeout_ms: int, hint: int, buckets: Sequence[int]
     ) -> list[Delivery]:
+        """A receive in buckets the caller has to itself, as deliveries (see ``lease_named``)."""
+        queue_id = self._buckets.queue_id
+        return [
+            delivery_of(queue_id, m, w)
+            for m, w in self.lease_named(count, timeout_ms, hint, buckets)
+        ]
+
+    def lease_named(
+        self, count: int, timeout_ms: int, hint: int, buckets: Sequence[int]
+    ) -> list[Leased]:
         """A receive in buckets the caller has to itself (a Spark partition): plain leases.
 
         Three round trips: the scan reads payloads at once (the caller takes
@@ -185,20 +197,23 @@ class Receiver:
         one statement; and a read-back of the leases alone (no payloads) checks
         that each won (last write wins) and that the message was not acked
         between the scan and the lease write.
+
+        Returns each message with the lease written, no receipt: a caller that
+        hands out rows, not receipts (the Spark source), skips their encoding.
         """
         now = now_ms()
         found = self._visible_in(buckets, count * hint, now)
         chosen = self._past_limit(pick_oldest(found, count, hint, self.claims.rng), now)
-        live = [m for m in chosen if m.expires_at > now]
-        token = new_lease()
-        writes = [replace(_lease(m, timeout_ms, now), lease=token) for m in live]
-        self._buckets.write_leases_shared(writes, now)
-        held = self._buckets.leases_of([(w.bucket, w.id) for w in writes])
-        return [
-            delivery_of(self._buckets.queue_id, m, w)
-            for m, w in zip(live, writes, strict=True)
-            if held.get((w.bucket, w.id)) == (w.lease, False)
+        token, visible_at = new_lease(), now + timeout_ms
+        leased = [
+            (m, LeaseWrite(m.bucket, m.id, token, visible_at, m.delivery_count + 1, m.expires_at))
+            for m in chosen
+            if m.expires_at > now
         ]
+        self._buckets.write_leases_shared([w for _, w in leased], now)
+        held = self._buckets.leases_of([(m.bucket, m.id) for m, _ in leased])
+        won = (token, False)
+        return [(m, w) for m, w in leased if held.get((m.bucket, m.id)) == won]
 
     def _visible_in(self, buckets: Sequence[int], want: int, now: int) -> list[StoredMessage]:
         """Up to ``want`` visible messages (payloads too) of ``buckets``, in their order."""

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -59,6 +60,7 @@ from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import InvalidSetting, QueueNotFound, SparkQueueError
 from spark_queue.message import Message
 from spark_queue.queue import Queue
+from spark_queue.receiving import Leased
 from spark_queue.spark import planning
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
 from spark_queue.spark.renewal import LeaseRenewal, renewal_period
@@ -99,6 +101,8 @@ IDLE_POLL = 0.1
 REPORT_INTERVAL = 10.0
 #: Plans made again without buckets other queries own, before a batch goes with what it has.
 OWNERSHIP_ROUNDS = 3
+#: Seconds a process reuses a queue handle before it reads the queue's row again.
+QUEUE_REFRESH = 2.0
 #: Seconds between two matches of ``queuePattern`` against the keyspace's queues.
 PATTERN_REFRESH = 5.0
 
@@ -205,14 +209,40 @@ def shared_client(settings: ConnectionSettings) -> QueueClient:
         return client
 
 
+_handles: dict[tuple[int, ConnectionSettings, str], tuple[Queue, float]] = {}
+
+
+def open_queue(settings: ConnectionSettings, name: str) -> Queue:
+    """The process's handle on queue ``name``, looked up again after ``QUEUE_REFRESH`` s.
+
+    Every task and every planning step opens its queues: reading the queue's
+    row each time cost a round trip per task. A queue deleted and re-created
+    is seen within ``QUEUE_REFRESH`` seconds (a handle re-reads its settings
+    as often, see ``Queue.settings``).
+
+    Raises:
+        QueueNotFound: No queue of that name (checked at each look-up).
+    """
+    key = (os.getpid(), settings, name)
+    now = time.monotonic()
+    with _clients_lock:
+        found = _handles.get(key)
+    if found is not None and now < found[1]:
+        return found[0]
+    queue = shared_client(settings).queue(name)
+    with _clients_lock:
+        _handles[key] = (queue, now + QUEUE_REFRESH)
+    return queue
+
+
 def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
     """Receive (or peek) one partition's messages as one Arrow batch."""
     options = partition.options
-    queue = shared_client(options.connection).queue(options.queue)
+    queue = open_queue(options.connection, options.queue)
     if partition.peek:
         yield from _peek_pages(queue, partition)
         return
-    messages = queue.receive_step(
+    leased = queue.receive_step_leased(
         partition.stream,
         partition.step,
         partition.part,
@@ -222,8 +252,8 @@ def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
         buckets=partition.buckets,
         fail_on_data_loss=options.fail_on_data_loss,
     )
-    if messages:
-        yield to_record_batch(queue.name, messages)
+    if leased:
+        yield leased_record_batch(queue.name, leased)
 
 
 def _peek_pages(queue: Queue, partition: BucketPartition) -> Iterator[pa.RecordBatch]:
@@ -256,6 +286,39 @@ def to_record_batch(queue: str, messages: Sequence[Message]) -> pa.RecordBatch:
             ),
             pa.array([m.enqueued_at for m in messages], pa.timestamp("us", tz="UTC")),
             pa.array([m.delivery_count for m in messages], pa.int32()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def leased_record_batch(queue: str, leased: Sequence[Leased]) -> pa.RecordBatch:
+    """Leased messages as an Arrow batch of the source schema, a column at a time.
+
+    Stored times are integer milliseconds, so ``enqueued_at`` is one vectorised
+    multiply instead of a datetime per row; headers (usually empty) become a
+    map column from flat keys, values and offsets.
+    """
+    rows = len(leased)
+    offsets, keys, values = [0], [], []
+    for m, _ in leased:
+        if m.headers:
+            keys.extend(m.headers.keys())
+            values.extend(m.headers.values())
+        offsets.append(len(keys))
+    enqueued_ms = pa.array([m.enqueued_at for m, _ in leased], pa.int64())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(queue, rows) if rows else pa.array([], pa.string()),
+            pa.array([m.id for m, _ in leased], pa.int64()),
+            pa.array([m.bucket for m, _ in leased], pa.int64()),
+            pa.array([m.payload for m, _ in leased], pa.binary()),
+            pa.MapArray.from_arrays(
+                pa.array(offsets, pa.int32()),
+                pa.array(keys, pa.string()),
+                pa.array(values, pa.string()),
+            ),
+            pc.multiply(enqueued_ms, 1000).cast(pa.timestamp("us", tz="UTC")),
+            pa.array([w.delivery_count for _, w in leased], pa.int32()),
         ],
         schema=ARROW_SCHEMA,
     )
@@ -310,7 +373,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return state
 
     def _queue(self, name: str | None = None) -> Queue:
-        return shared_client(self.options.connection).queue(name or self.options.queue)
+        return open_queue(self.options.connection, name or self.options.queue)
 
     def queue_names(self) -> tuple[str, ...]:
         """The queues this source reads now: the ``queue`` list, or the pattern's matches.
