@@ -299,7 +299,9 @@ def leased_record_batch(queue: str, leased: Sequence[Leased]) -> pa.RecordBatch:
     map column from flat keys, values and offsets.
     """
     rows = len(leased)
-    offsets, keys, values = [0], [], []
+    offsets: list[int] = [0]
+    keys: list[str] = []
+    values: list[str] = []
     for m, _ in leased:
         if m.headers:
             keys.extend(m.headers.keys())
