@@ -217,6 +217,11 @@ class Receiver:
 
     def _visible_in(self, buckets: Sequence[int], want: int, now: int) -> list[StoredMessage]:
         """Up to ``want`` visible messages (payloads too) of ``buckets``, in their order."""
+        if len(buckets) > 1 and not self._buckets.tracing:
+            # Several buckets (a Spark partition over a run of them): scanned at once,
+            # each up to a bucket's worth, rather than one round trip after another.
+            limit = min(want, self._buckets.bucket_size)
+            return self._buckets.scan_visible_many(buckets, now, limit)[:want]
         found: list[StoredMessage] = []
         for bucket in buckets:
             if len(found) >= want:

@@ -1,11 +1,15 @@
-"""The source's Arrow rows built column-wise equal the per-message build (pure, no cluster)."""
+"""The source's rows and partitions: Arrow built column-wise, buckets grouped (pure, no cluster)."""
 
 from __future__ import annotations
 
 import uuid
 
+import pytest
+
+from spark_queue.errors import InvalidSetting
 from spark_queue.receiving import delivery_of
-from spark_queue.spark.source import ARROW_SCHEMA, leased_record_batch, to_record_batch
+from spark_queue.spark.reading import ARROW_SCHEMA, leased_record_batch, to_record_batch
+from spark_queue.spark.source import PARTITION_MESSAGES, Offset, group_buckets
 from spark_queue.store.buckets import LeaseWrite, StoredMessage
 
 
@@ -40,3 +44,22 @@ def test_no_leased_rows_is_an_empty_batch_of_the_schema() -> None:
     rows = leased_record_batch("q", [])
     assert rows.num_rows == 0
     assert rows.schema == ARROW_SCHEMA
+
+
+def test_buckets_of_one_queue_share_partitions_up_to_the_partition_limit() -> None:
+    most = PARTITION_MESSAGES
+    assert group_buckets([("a", most // 2)] * 5) == (0, 0, 1, 1, 2)
+    # queues never share a partition, even when planned round-robin
+    assert group_buckets([("a", 10), ("b", 10), ("a", 10), ("b", 10)]) == (0, 1, 0, 1)
+    # a bucket as large as the limit keeps its own partition
+    assert group_buckets([("a", most), ("a", 1), ("a", most)]) == (0, 1, 2)
+    assert group_buckets([]) == ()
+
+
+def test_offsets_keep_their_partitions_and_refuse_a_bad_list() -> None:
+    offset = Offset("s", 3, (4, 5, 6), (10, 10, 10), ("a", "a", "a"), (0, 0, 1))
+    assert Offset.from_dict(offset.to_dict()) == offset
+    # written before partitions grouped buckets: no "partitions", one per bucket
+    assert "partitions" not in Offset("s", 3, (4,), (10,), ("a",)).to_dict()
+    with pytest.raises(InvalidSetting, match="not a bdq offset"):
+        Offset.from_dict({**offset.to_dict(), "partitions": [0, 1]})

@@ -102,7 +102,9 @@ class SparkBenchParams:
         partitions: Partitions of the sink phase's DataFrame (tasks that write at once).
         latency_messages: Messages sent during the latency phase.
         latency_rate: Messages per second sent during the latency phase.
-        trigger_interval: Processing-time trigger of the latency query, in seconds.
+        trigger_interval: Processing-time trigger of the latency query, in seconds
+            (0: a batch starts as soon as the last one ended and a message is visible;
+            an idle source answers Spark's polls from memory for 0.1 s).
         visibility_timeout: Lease of a micro-batch's messages, in seconds.
         bucket_size: Ids per bucket of the run's queues.
         master: Spark master of the session the run creates.
@@ -117,7 +119,7 @@ class SparkBenchParams:
     partitions: int = 2
     latency_messages: int = 1500
     latency_rate: float = 60.0
-    trigger_interval: float = 0.25
+    trigger_interval: float = 0.0
     visibility_timeout: float = 120.0
     bucket_size: int = 1000
     master: str = "local[2]"
@@ -132,7 +134,7 @@ class SparkBenchParams:
         check_int("partitions", self.partitions, 1, 10_000)
         check_int("latency_messages", self.latency_messages, 1, 1_000_000)
         check_seconds("latency_rate", self.latency_rate)
-        check_seconds("trigger_interval", self.trigger_interval)
+        check_seconds("trigger_interval", self.trigger_interval, allow_zero=True)
         check_seconds("visibility_timeout", self.visibility_timeout)
         check_int("bucket_size", self.bucket_size, 1, 100_000)
         check_int("seed", self.seed, 0, 2**63 - 1)
@@ -339,7 +341,7 @@ def run_spark_bench(
     partitions: int = 2,
     latency_messages: int = 1500,
     latency_rate: float = 60.0,
-    trigger_interval: float = 0.25,
+    trigger_interval: float = 0.0,
     visibility_timeout: float = 120.0,
     bucket_size: int = 1000,
     master: str = "local[2]",

@@ -48,7 +48,7 @@ from pyspark.sql.types import (
 from spark_queue.errors import InvalidSetting
 from spark_queue.queue import Queue
 from spark_queue.spark.options import SinkOptions
-from spark_queue.spark.source import open_queue
+from spark_queue.spark.reading import open_queue
 
 log = logging.getLogger(__name__)
 

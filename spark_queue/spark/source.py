@@ -25,17 +25,15 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import re
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -54,19 +52,20 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_queue.client import QueueClient
-from spark_queue.config import ConnectionSettings
 from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import InvalidSetting, QueueNotFound, SparkQueueError
-from spark_queue.message import Message
 from spark_queue.queue import Queue
-from spark_queue.receiving import Leased
 from spark_queue.spark import planning
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
+from spark_queue.spark.reading import (
+    BucketPartition,
+    open_queue,
+    read_partition,
+    shared_client,
+)
 from spark_queue.spark.renewal import LeaseRenewal, renewal_period
 from spark_queue.spark.sharing import BucketSharing, ownership_period
 from spark_queue.store.buckets import now_ms
-from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
 
@@ -81,19 +80,9 @@ SCHEMA = StructType(
         StructField("delivery_count", IntegerType()),
     ]
 )
-ARROW_SCHEMA = pa.schema(
-    [
-        ("queue", pa.string()),
-        ("id", pa.int64()),
-        ("bucket", pa.int64()),
-        ("payload", pa.binary()),
-        ("headers", pa.map_(pa.string(), pa.string())),
-        ("enqueued_at", pa.timestamp("us", tz="UTC")),
-        ("delivery_count", pa.int32()),
-    ]
-)
-
-#: Most input partitions (buckets) one micro-batch reads.
+#: Messages one input partition reads at most when it groups several buckets.
+PARTITION_MESSAGES = 5000
+#: Most buckets one micro-batch reads.
 MAX_PARTITIONS = 64
 #: Seconds an "all quiet" answer of latestOffset is reused (Spark polls every ~10 ms).
 IDLE_POLL = 0.1
@@ -101,8 +90,6 @@ IDLE_POLL = 0.1
 REPORT_INTERVAL = 10.0
 #: Plans made again without buckets other queries own, before a batch goes with what it has.
 OWNERSHIP_ROUNDS = 3
-#: Seconds a process reuses a queue handle before it reads the queue's row again.
-QUEUE_REFRESH = 2.0
 #: Seconds between two matches of ``queuePattern`` against the keyspace's queues.
 PATTERN_REFRESH = 5.0
 
@@ -123,6 +110,8 @@ class Offset:
     buckets: tuple[int, ...] = ()
     shares: tuple[int, ...] = ()
     queues: tuple[str, ...] = ()
+    #: The input partition of each bucket (``group_buckets``); empty: one per bucket.
+    partition_of: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         value: dict[str, Any] = {
@@ -133,6 +122,8 @@ class Offset:
         }
         if self.queues:
             value["queues"] = list(self.queues)
+        if self.partition_of:
+            value["partitions"] = list(self.partition_of)
         return value
 
     def parts(self, queues: Sequence[str]) -> list[tuple[str, int, int]]:
@@ -161,6 +152,7 @@ class Offset:
                 tuple(int(b) for b in value.get("buckets", ())),
                 tuple(int(n) for n in value.get("shares", ())),
                 tuple(str(q) for q in value.get("queues", ())),
+                tuple(int(p) for p in value.get("partitions", ())),
             )
         except (KeyError, TypeError, ValueError) as e:
             offset = None
@@ -171,6 +163,8 @@ class Offset:
             offset is None
             or len(offset.shares) != len(offset.buckets)
             or len(offset.queues) not in (0, len(offset.buckets))
+            or len(offset.partition_of) not in (0, len(offset.buckets))
+            or any(p < 0 for p in offset.partition_of)
         ):
             raise InvalidSetting(
                 f"offset {json.dumps(value)}: not a bdq offset"
@@ -179,151 +173,28 @@ class Offset:
         return offset
 
 
-@dataclass(frozen=True)
-class BucketPartition(InputPartition):
-    """What one task needs to read its share: everything travels in here (no driver state)."""
+def group_buckets(parts: Sequence[tuple[str, int]]) -> tuple[int, ...]:
+    """The input partition of each planned ``(queue, share)``: fewer, larger tasks.
 
-    options: SourceOptions
-    buckets: tuple[int, ...]
-    max_messages: int
-    stream: str = ""
-    step: int = 0
-    part: int = 0
-    peek: bool = False
-    value: Any = field(default=None, repr=False)  # InputPartition's own attribute
-
-
-# -- executor side ------------------------------------------------------------------
-
-_clients: dict[tuple[int, ConnectionSettings], QueueClient] = {}
-_clients_lock = threading.Lock()
-
-
-def shared_client(settings: ConnectionSettings) -> QueueClient:
-    """One client per Python worker process and settings, made after the fork."""
-    key = (os.getpid(), settings)
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = _clients[key] = QueueClient(store=Store.shared(settings))
-        return client
-
-
-_handles: dict[tuple[int, ConnectionSettings, str], tuple[Queue, float]] = {}
-
-
-def open_queue(settings: ConnectionSettings, name: str) -> Queue:
-    """The process's handle on queue ``name``, looked up again after ``QUEUE_REFRESH`` s.
-
-    Every task and every planning step opens its queues: reading the queue's
-    row each time cost a round trip per task. A queue deleted and re-created
-    is seen within ``QUEUE_REFRESH`` seconds (a handle re-reads its settings
-    as often, see ``Queue.settings``).
-
-    Raises:
-        QueueNotFound: No queue of that name (checked at each look-up).
+    Spark's cost per task (scheduling, a Python worker round, the Arrow hand-over)
+    was about twice a 1000-message bucket's own read, so buckets of one queue
+    share a partition up to ``PARTITION_MESSAGES`` messages (and one receive's
+    MAX_BATCH). A bucket larger than that keeps a partition of its own.
     """
-    key = (os.getpid(), settings, name)
-    now = time.monotonic()
-    with _clients_lock:
-        found = _handles.get(key)
-    if found is not None and now < found[1]:
-        return found[0]
-    queue = shared_client(settings).queue(name)
-    with _clients_lock:
-        _handles[key] = (queue, now + QUEUE_REFRESH)
-    return queue
-
-
-def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
-    """Receive (or peek) one partition's messages as one Arrow batch."""
-    options = partition.options
-    queue = open_queue(options.connection, options.queue)
-    if partition.peek:
-        yield from _peek_pages(queue, partition)
-        return
-    leased = queue.receive_step_leased(
-        partition.stream,
-        partition.step,
-        partition.part,
-        partition.max_messages,
-        visibility_timeout=options.visibility_timeout,
-        order_hint=options.order_hint,
-        buckets=partition.buckets,
-        fail_on_data_loss=options.fail_on_data_loss,
-    )
-    if leased:
-        yield leased_record_batch(queue.name, leased)
-
-
-def _peek_pages(queue: Queue, partition: BucketPartition) -> Iterator[pa.RecordBatch]:
-    """Every visible message of the partition's buckets, a page (one receive's limit) at a time.
-
-    A bucket may hold more messages than one peek returns (MAX_BATCH), so a
-    batch read pages through it by id instead of asking for a whole bucket.
-    """
-    remaining, after = partition.max_messages, None
-    while remaining > 0:
-        page = queue.peek(min(remaining, MAX_BATCH), buckets=partition.buckets, after=after)
-        if page:
-            yield to_record_batch(queue.name, page)
-        if len(page) < min(remaining, MAX_BATCH):
-            return
-        remaining -= len(page)
-        after = page[-1].id
-
-
-def to_record_batch(queue: str, messages: Sequence[Message]) -> pa.RecordBatch:
-    """Messages as an Arrow batch of exactly the source schema."""
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([queue] * len(messages), pa.string()),
-            pa.array([m.id for m in messages], pa.int64()),
-            pa.array([m.bucket for m in messages], pa.int64()),
-            pa.array([m.payload for m in messages], pa.binary()),
-            pa.array(
-                [list(m.headers.items()) for m in messages], pa.map_(pa.string(), pa.string())
-            ),
-            pa.array([m.enqueued_at for m in messages], pa.timestamp("us", tz="UTC")),
-            pa.array([m.delivery_count for m in messages], pa.int32()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
-
-
-def leased_record_batch(queue: str, leased: Sequence[Leased]) -> pa.RecordBatch:
-    """Leased messages as an Arrow batch of the source schema, a column at a time.
-
-    Stored times are integer milliseconds, so ``enqueued_at`` is one vectorised
-    multiply instead of a datetime per row; headers (usually empty) become a
-    map column from flat keys, values and offsets.
-    """
-    rows = len(leased)
-    offsets: list[int] = [0]
-    keys: list[str] = []
-    values: list[str] = []
-    for m, _ in leased:
-        if m.headers:
-            keys.extend(m.headers.keys())
-            values.extend(m.headers.values())
-        offsets.append(len(keys))
-    enqueued_ms = pa.array([m.enqueued_at for m, _ in leased], pa.int64())
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(queue, rows) if rows else pa.array([], pa.string()),
-            pa.array([m.id for m, _ in leased], pa.int64()),
-            pa.array([m.bucket for m, _ in leased], pa.int64()),
-            pa.array([m.payload for m, _ in leased], pa.binary()),
-            pa.MapArray.from_arrays(
-                pa.array(offsets, pa.int32()),
-                pa.array(keys, pa.string()),
-                pa.array(values, pa.string()),
-            ),
-            pc.multiply(enqueued_ms, 1000).cast(pa.timestamp("us", tz="UTC")),
-            pa.array([w.delivery_count for _, w in leased], pa.int32()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    most = min(PARTITION_MESSAGES, MAX_BATCH)
+    partition_of: list[int] = []
+    open_group: dict[str, tuple[int, int]] = {}  # queue -> (partition, messages in it)
+    count = 0
+    for queue, share in parts:
+        current = open_group.get(queue)
+        if current is not None and current[1] + share <= most:
+            partition_of.append(current[0])
+            open_group[queue] = (current[0], current[1] + share)
+        else:
+            partition_of.append(count)
+            open_group[queue] = (count, share)
+            count += 1
+    return tuple(partition_of)
 
 
 def shares(limit: int, buckets: int, bucket_size: int) -> list[int]:
@@ -442,6 +313,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 tuple(p.bucket for p in plan),
                 tuple(p.share for p in plan),
                 tuple(p.queue for p in plan),
+                group_buckets([(p.queue, p.share) for p in plan]),
             )
             self._last_batch = time.monotonic()
             self._track(end)
@@ -503,16 +375,22 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         parts = last.parts(self.options.queues)
         self._track(last)  # a replay after a restart is planned here, not in latestOffset
+        # The grouping is read from the offset, never computed again: a replay
+        # (and its journal, keyed by partition) splits the step as the first run did.
+        partition_of = last.partition_of or tuple(range(len(parts)))
+        grouped: dict[int, list[tuple[str, int, int]]] = {}
+        for index, part in zip(partition_of, parts, strict=True):
+            grouped.setdefault(index, []).append(part)
         return [
             BucketPartition(
-                dataclasses.replace(self.options, queue=name),
-                (bucket,),
-                share,
+                dataclasses.replace(self.options, queue=members[0][0]),
+                tuple(bucket for _, bucket, _ in members),
+                sum(share for _, _, share in members),
                 last.stream,
                 last.step,
                 index,
             )
-            for index, (name, bucket, share) in enumerate(parts)
+            for index, members in sorted(grouped.items())
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -666,6 +666,30 @@ class Buckets:
         )
         return stale
 
+    def scan_visible_many(
+        self, buckets: Sequence[int], now: int, limit: int
+    ) -> list[StoredMessage]:
+        """``scan_visible`` of several buckets at once (concurrently), in bucket then id order.
+
+        Up to ``limit`` messages of each bucket: a task reading several buckets
+        waits for one round trip instead of one per bucket.
+        """
+        results = self.store.execute_many(
+            [(SCAN_VISIBLE, (self.queue_id, b, now, limit)) for b in buckets],
+            what="receiving messages",
+        )
+        return [
+            m
+            for bucket, result in zip(buckets, results, strict=True)
+            for row in result
+            if (m := _stored(row, bucket)) is not None
+        ]
+
+    @property
+    def tracing(self) -> bool:
+        """True inside ``traced_scans``: scans go one at a time, each traced."""
+        return self._traces is not None
+
 
 LEASES_IN = (
     "SELECT id, lease, acked FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
