@@ -32,7 +32,8 @@ import pytest
 from spark_queue.config import ConnectionSettings, HostPort, hosts_from_env, parse_hosts
 from spark_queue.errors import LocalNodeError, SparkQueueError
 from spark_queue.local import cql
-from spark_queue.local.node import LocalCluster, find_java
+from spark_queue.local.node import LocalCluster
+from spark_queue.local.processes import find_java
 
 if TYPE_CHECKING:
     from cassandra.cluster import Session

@@ -5,7 +5,8 @@ once and sends its share of the ``M`` messages, each payload ``L`` random bytes
 carrying the sender, a sequence number and a checksum. Then every receiver
 thread starts at once and loops: receive a batch, check each payload, wait
 the processing delay per message, ack the batch; until every message has
-been seen, or no new one arrived for a while (the stall timeout).
+been seen, or no new one arrived for a while (the stall timeout); the phases
+themselves are in ``queue_phases``.
 
 In the same run, on the same node, the **raw baseline** measures what
 Cassandra takes without the queue: the same payloads as plain prepared
@@ -20,13 +21,9 @@ them at the end.
 from __future__ import annotations
 
 import contextlib
-import functools
 import random
-import threading
-import time
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -37,27 +34,24 @@ from spark_queue.bench.metrics import (
     MIN_PAYLOAD_BYTES,
     duplication_rate,
     loss_rate,
-    make_payload,
     order_stats,
-    parse_payload,
     percentile,
 )
-from spark_queue.bench.receiver_processes import ReceiverSpec, run_receiver_processes
+from spark_queue.bench.queue_phases import (
+    Progress as Progress,  # re-exported: the progress sink of every bench
+)
+from spark_queue.bench.queue_phases import (
+    ReceivePhase,
+    Sender,
+    SendPhase,
+    make_senders,
+    receive_phase,
+    send_phase,
+)
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings, check_int, check_seconds
 from spark_queue.errors import BackendUnavailable, InvalidSetting
-from spark_queue.message import Delivery
-from spark_queue.queue import Queue
 from spark_queue.store.session import Store
-
-#: Backend errors tolerated per phase (each retried) before the run is abandoned.
-MAX_ERRORS = 20
-#: Seconds a receiver sleeps after an empty receive.
-EMPTY_PAUSE = 0.01
-#: Seconds between two progress reports.
-PROGRESS_INTERVAL = 0.5
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -398,101 +392,12 @@ def _prefixed(progress: Progress, prefix: str) -> Progress:
     return lambda line: progress(prefix + line)
 
 
-@dataclass(frozen=True, slots=True)
-class _Sender:
-    """One sender thread's stream: the index of its queue, its id and its pre-made payloads."""
-
-    queue_index: int
-    sender: int
-    payloads: list[bytes]
-
-
-class _Errors:
-    """Backend errors shared by a phase's threads: retried up to ``MAX_ERRORS``."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.count = 0
-
-    def retry(self, call: Callable[[], Any]) -> Any:
-        """Call until it succeeds, counting each BackendUnavailable; re-raise past the limit."""
-        while True:
-            try:
-                return call()
-            except BackendUnavailable:
-                with self._lock:
-                    self.count += 1
-                    over = self.count > MAX_ERRORS
-                if over:
-                    raise
-                time.sleep(0.1)
-
-    def note(self, error: BaseException) -> None:
-        """Count a BackendUnavailable that surfaced elsewhere (a future); re-raise past the limit.
-
-        Any other error is re-raised at once, as ``retry`` lets it through.
-        """
-        if not isinstance(error, BackendUnavailable):
-            raise error
-        with self._lock:
-            self.count += 1
-            over = self.count > MAX_ERRORS
-        if over:
-            raise error
-
-
-class _Tally:
-    """What the receivers of one queue have seen, shared with the run's global arrival order.
-
-    Args:
-        expected: Messages sent to this queue.
-        arrivals: The run's ``(sender, seq)`` list in global arrival order.
-        lock: Guards ``arrivals`` and every tally of the run.
-    """
-
-    def __init__(
-        self, expected: int, arrivals: list[tuple[int, int]], lock: threading.Lock
-    ) -> None:
-        self.expected = expected
-        self.arrivals = arrivals
-        self.lock = lock
-        self.seen: set[tuple[int, int]] = set()
-        self.corrupt_ids: set[int] = set()
-        self.deliveries = 0
-        self.corrupt = 0
-        self.stale_acks = 0
-        self.last_new = time.monotonic()
-        self.complete = threading.Event()
-
-    def record(self, deliveries: Sequence[tuple[int, bytes]]) -> None:
-        """Check each ``(id, payload)`` and append the good ones to the arrival order."""
-        parsed = [(message_id, parse_payload(payload)) for message_id, payload in deliveries]
-        with self.lock:
-            self.deliveries += len(parsed)
-            before = len(self.seen) + len(self.corrupt_ids)
-            for message_id, key in parsed:
-                if key is None:
-                    self.corrupt += 1
-                    self.corrupt_ids.add(message_id)
-                else:
-                    self.arrivals.append(key)
-                    self.seen.add(key)
-            if len(self.seen) + len(self.corrupt_ids) > before:
-                self.last_new = time.monotonic()
-            if len(self.seen) + len(self.corrupt_ids) >= self.expected:
-                self.complete.set()
-
-    def add_stale(self, count: int) -> None:
-        with self.lock:
-            self.stale_acks += count
-
-
 def _run(store: Store, params: QueueBenchParams, progress: Progress) -> QueueBenchResult:
     progress("making payloads")
     client = QueueClient(store=store)
     run_id = uuid.uuid4().hex[:10]
     names = [f"bench-{run_id}-{i}" for i in range(params.queues)]
-    senders = _make_senders(params)
+    senders = make_senders(params)
     with contextlib.ExitStack() as stack:
         baseline = None
         if params.baseline:
@@ -521,9 +426,9 @@ def _queue_phases(
     client: QueueClient,
     names: Sequence[str],
     params: QueueBenchParams,
-    senders: Sequence[_Sender],
+    senders: Sequence[Sender],
     progress: Progress,
-) -> tuple[_SendPhase, _ReceivePhase]:
+) -> tuple[SendPhase, ReceivePhase]:
     """Create the queues, run both phases, delete the queues."""
     try:
         handles = [
@@ -535,8 +440,8 @@ def _queue_phases(
             )
             for name in names
         ]
-        send = _send_phase(params, handles, senders, progress)
-        receive = _receive_phase(params, handles, senders, progress)
+        send = send_phase(params, handles, senders, progress)
+        receive = receive_phase(params, handles, senders, progress)
     finally:
         for name in names:
             try:
@@ -544,279 +449,6 @@ def _queue_phases(
             except BackendUnavailable:
                 progress(f"could not delete benchmark queue {name!r}; delete it by hand")
     return send, receive
-
-
-def _make_senders(params: QueueBenchParams) -> list[_Sender]:
-    """Every sender's payloads, split ``M`` as evenly as the senders allow."""
-    count = params.queues * params.send_threads
-    share, extra = divmod(params.messages, count)
-    master = random.Random(params.seed)
-    senders = []
-    for sender in range(count):
-        rng = random.Random(master.getrandbits(64))
-        n = share + (1 if sender < extra else 0)
-        payloads = [make_payload(seq, sender, params.payload_bytes, rng) for seq in range(n)]
-        senders.append(_Sender(sender // params.send_threads, sender, payloads))
-    return senders
-
-
-# -- send phase ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _SendPhase:
-    seconds: float
-    op_seconds: list[float]
-    errors: int
-
-
-def _send_phase(
-    params: QueueBenchParams,
-    handles: Sequence[Queue],
-    senders: Sequence[_Sender],
-    progress: Progress,
-) -> _SendPhase:
-    errors = _Errors()
-    times: list[list[float]] = [[] for _ in senders]
-    sent = [0] * len(senders)
-    batch = params.send_batch
-
-    def send(n: int) -> None:
-        s, op_times = senders[n], times[n]
-        queue = handles[s.queue_index]
-        for start in range(0, len(s.payloads), batch):
-            chunk = s.payloads[start : start + batch]
-            began = time.perf_counter()
-            if batch == 1:
-                errors.retry(functools.partial(queue.send, chunk[0]))
-            else:
-                errors.retry(functools.partial(queue.send_batch, chunk))
-            op_times.append(time.perf_counter() - began)
-            sent[n] += len(chunk)
-
-    def send_async(n: int) -> None:
-        # Every message through the handle's producer, shared by the sender
-        # threads; the phase ends once every future resolved (every message durable).
-        s, op_times = senders[n], times[n]
-        queue = handles[s.queue_index]
-        futures = []
-        for payload in s.payloads:
-            began = time.perf_counter()
-            future = errors.retry(functools.partial(queue.send_async, payload))
-            future.add_done_callback(functools.partial(_note_done, op_times, began))
-            futures.append((payload, future))
-            sent[n] += 1
-        for payload, future in futures:
-            error = future.exception()
-            if error is not None:  # counted as send's are, then sent again synchronously
-                errors.note(error)
-                errors.retry(functools.partial(queue.send, payload))
-
-    seconds = _run_threads(
-        [
-            functools.partial(send_async if params.async_send else send, n)
-            for n in range(len(senders))
-        ],
-        lambda: progress(f"sending: {sum(sent)}/{params.messages} messages"),
-    )
-    return _SendPhase(seconds, [t for ts in times for t in ts], errors.count)
-
-
-def _note_done(op_times: list[float], began: float, _future: Future[int]) -> None:
-    """A send_async's response time: from the call until its message was durable."""
-    op_times.append(time.perf_counter() - began)
-
-
-# -- receive phase -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _ReceivePhase:
-    seconds: float
-    receive_seconds: list[float]
-    ack_seconds: list[float]
-    empty_receives: int
-    arrivals: list[tuple[int, int]]
-    tallies: list[_Tally]
-    stalled: bool
-    errors: int
-    killed_held: int | None = None
-    takeover_seconds: float | None = None
-    lost_held: int = 0
-
-
-def _receive_phase(
-    params: QueueBenchParams,
-    handles: Sequence[Queue],
-    senders: Sequence[_Sender],
-    progress: Progress,
-) -> _ReceivePhase:
-    lock = threading.Lock()
-    arrivals: list[tuple[int, int]] = []
-    tallies = []
-    for index in range(len(handles)):
-        expected = sum(len(s.payloads) for s in senders if s.queue_index == index)
-        tallies.append(_Tally(expected, arrivals, lock))
-    if params.recv_processes:
-        return _receive_phase_processes(params, handles, tallies, arrivals)
-    errors = _Errors()
-    threads = [(q, t) for q, t in enumerate(tallies) for _ in range(params.recv_threads)]
-    receive_times: list[list[float]] = [[] for _ in threads]
-    ack_times: list[list[float]] = [[] for _ in threads]
-    empties = [0] * len(threads)
-    stalled = threading.Event()
-
-    def receive(n: int) -> None:
-        queue_index, tally = threads[n]
-        # Each receiver is an independent consumer (the paper's receivers run on
-        # other machines): its own handle, sharing only the driver session.
-        shared = handles[queue_index]
-        queue = QueueClient(store=shared.buckets.store).queue(shared.name)
-        receive_once = functools.partial(
-            queue.receive,
-            max_messages=params.receive_batch,
-            visibility_timeout=params.visibility_timeout,
-            order_hint=params.order_hint,
-        )
-        with tally.lock:
-            tally.last_new = time.monotonic()  # the stall clock starts with the phase
-        while not tally.complete.is_set() and not stalled.is_set():
-            # Checked on every pass, not only when the queue looks empty: redeliveries
-            # of messages already seen must not keep a hopeless phase alive either.
-            if time.monotonic() - tally.last_new > params.stall_timeout:
-                stalled.set()
-                break
-            began = time.perf_counter()
-            got: list[Delivery] = errors.retry(receive_once)
-            took = time.perf_counter() - began
-            if not got:
-                empties[n] += 1
-                time.sleep(EMPTY_PAUSE)
-                continue
-            receive_times[n].append(took)
-            tally.record([(d.id, d.payload) for d in got])
-            if params.receive_delay:
-                time.sleep(params.receive_delay * len(got))
-            receipts = [d.receipt for d in got]
-            began = time.perf_counter()
-            stale = errors.retry(functools.partial(queue.ack_batch, receipts, strict=False))
-            ack_times[n].append(time.perf_counter() - began)
-            tally.add_stale(len(stale))
-
-    def report() -> None:
-        with lock:
-            seen = sum(len(t.seen) for t in tallies)
-            deliveries = sum(t.deliveries for t in tallies)
-        progress(f"receiving: {seen}/{params.messages} messages ({deliveries} deliveries)")
-
-    seconds = _run_threads([functools.partial(receive, n) for n in range(len(threads))], report)
-    return _ReceivePhase(
-        seconds=seconds,
-        receive_seconds=[t for ts in receive_times for t in ts],
-        ack_seconds=[t for ts in ack_times for t in ts],
-        empty_receives=sum(empties),
-        arrivals=arrivals,
-        tallies=tallies,
-        stalled=stalled.is_set(),
-        errors=errors.count,
-    )
-
-
-def _receive_phase_processes(
-    params: QueueBenchParams,
-    handles: Sequence[Queue],
-    tallies: Sequence[_Tally],
-    arrivals: list[tuple[int, int]],
-) -> _ReceivePhase:
-    """The receive phase with receiver processes (one queue; see ``receiver_processes``)."""
-    if len(handles) != 1:
-        raise InvalidSetting(
-            f"queues {len(handles)}: receiver processes run against one queue; use --queues 1"
-        )
-    (tally,) = tallies
-    spec = ReceiverSpec(
-        settings=handles[0].buckets.store.settings,
-        queue=handles[0].name,
-        receive_batch=params.receive_batch,
-        visibility_timeout=params.visibility_timeout,
-        order_hint=params.order_hint,
-        receive_delay=params.receive_delay,
-    )
-
-    def done() -> bool:
-        stalled = time.monotonic() - tally.last_new > params.stall_timeout
-        return tally.complete.is_set() or stalled
-
-    def ready() -> None:
-        with tally.lock:
-            tally.last_new = time.monotonic()  # the stall clock starts with the phase
-
-    outcome = run_receiver_processes(
-        spec,
-        params.recv_threads,
-        tally.record,
-        tally.add_stale,
-        lambda: len(tally.seen) / tally.expected,
-        done,
-        ready,
-        kill_one=params.kill_receiver,
-        deadline_after_kill=params.visibility_timeout + params.stall_timeout,
-    )
-    if outcome.held - set(outcome.taken_over):
-        # Held but never delivered again: acked after all (its report died with
-        # it), or lost. Ask the queue; a dropped bucket held only acked messages.
-        missing = outcome.held - set(outcome.taken_over)
-        buckets = handles[0].buckets
-        by_bucket: dict[int, list[int]] = {}
-        for i in missing:
-            by_bucket.setdefault(buckets.bucket_of(i), []).append(i)
-        unacked = {
-            m.id for b, ids in by_bucket.items() for m, acked in buckets.read(b, ids) if not acked
-        }
-        outcome.held -= missing - unacked
-    return _ReceivePhase(
-        seconds=outcome.seconds,
-        receive_seconds=outcome.receive_seconds,
-        ack_seconds=outcome.ack_seconds,
-        empty_receives=outcome.empty_receives,
-        arrivals=arrivals,
-        tallies=list(tallies),
-        stalled=not tally.complete.is_set(),
-        errors=outcome.errors,
-        killed_held=len(outcome.held) if outcome.killed else None,
-        takeover_seconds=outcome.takeover_seconds,
-        lost_held=outcome.lost_held,
-    )
-
-
-def _run_threads(work: Sequence[Callable[[], None]], report: Callable[[], None]) -> float:
-    """Start every worker at once; return the seconds until the last one finished.
-
-    The first exception of a worker is re-raised here once all have stopped.
-    """
-    failures: list[BaseException] = []
-    start = threading.Barrier(len(work) + 1)
-
-    def body(task: Callable[[], None]) -> None:
-        start.wait()
-        try:
-            task()
-        except BaseException as e:  # handed to the main thread, which re-raises it
-            failures.append(e)
-
-    threads = [threading.Thread(target=body, args=(task,), daemon=True) for task in work]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    began = time.perf_counter()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(PROGRESS_INTERVAL)
-            report()
-    seconds = time.perf_counter() - began
-    if failures:
-        raise failures[0]
-    return seconds
 
 
 # -- metrics -------------------------------------------------------------------------------
@@ -828,8 +460,8 @@ def _ms(values: Sequence[float], q: float) -> float | None:
 
 def _result(
     params: QueueBenchParams,
-    send: _SendPhase,
-    receive: _ReceivePhase,
+    send: SendPhase,
+    receive: ReceivePhase,
     baseline_rates: Sequence[float],
 ) -> QueueBenchResult:
     m = params.messages

@@ -28,11 +28,19 @@ import ssl
 import string
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from spark_queue.errors import LocalNodeError
+from spark_queue.local.processes import (
+    CHILDREN,
+    find_java,
+    live_pid,
+    port_open,
+    probe_cql,
+    wait_exit,
+)
 from spark_queue.local.tls import TlsFiles, make_certificates
 
 log = logging.getLogger(__name__)
@@ -43,8 +51,6 @@ START_TIMEOUT = 240.0
 STOP_TIMEOUT = 90.0
 LOG_TAIL_LINES = 40
 
-# Nodes this process launched, by pid (see LocalCluster._launch).
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 # From Cassandra's conf/jvm17-server.options (JPMS, netty) and its G1 settings.
 JVM17_FLAGS = (
@@ -302,7 +308,7 @@ class LocalCluster:
         agent = next((p for p in classpath if p.name.startswith("jamm-")), None)
         for index in range(1, nodes + 1):
             spec = self.node(index)
-            pid = _live_pid(spec.pid_file)
+            pid = live_pid(spec.pid_file)
             if pid is not None:
                 recorded = self._recorded(index)
                 version = _wait_for_cql(recorded, pid, timeout, self._probe_tls(recorded))
@@ -429,7 +435,7 @@ class LocalCluster:
         spec.pid_file.write_text(f"{process.pid}\n")
         # Keep the Popen object: dropping it while the node runs makes Python warn
         # (ResourceWarning), which pytest's filterwarnings=error turns into a failure.
-        _CHILDREN[process.pid] = process
+        CHILDREN[process.pid] = process
         return process.pid
 
     # -- stop / status -------------------------------------------------------
@@ -438,16 +444,16 @@ class LocalCluster:
         """Stop every node this home started (highest index first); return how many stopped."""
         stopped = 0
         for spec in reversed(self.known_nodes()):
-            pid = _live_pid(spec.pid_file)
+            pid = live_pid(spec.pid_file)
             if pid is None:
                 spec.pid_file.unlink(missing_ok=True)
                 continue
             echo(f"stopping node{spec.index} at {spec.address} (pid {pid})...")
             os.kill(pid, signal.SIGTERM)
-            if not _wait_exit(pid, timeout):
+            if not wait_exit(pid, timeout):
                 echo(f"node{spec.index} did not exit in {timeout:.0f}s; killing it")
                 os.kill(pid, signal.SIGKILL)
-                _wait_exit(pid, 10.0)
+                wait_exit(pid, 10.0)
             spec.pid_file.unlink(missing_ok=True)
             stopped += 1
         return stopped
@@ -455,17 +461,17 @@ class LocalCluster:
     def kill(self, index: int) -> None:
         """SIGKILL one node, as a crash would (for fault tests)."""
         spec = self._recorded(index)
-        pid = _live_pid(spec.pid_file)
+        pid = live_pid(spec.pid_file)
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
-            _wait_exit(pid, 10.0)
+            wait_exit(pid, 10.0)
         spec.pid_file.unlink(missing_ok=True)
 
     def status(self) -> list[NodeStatus]:
         """Running or not, with version and address, for every known node."""
         result = []
         for spec in self.known_nodes():
-            pid = _live_pid(spec.pid_file)
+            pid = live_pid(spec.pid_file)
             version = (
                 probe_cql(spec.address, spec.native_port, ssl_context=self._probe_tls(spec))
                 if pid is not None
@@ -481,26 +487,6 @@ class LocalCluster:
 # -- helpers -----------------------------------------------------------------
 
 
-def find_java() -> str:
-    """``$JAVA_HOME/bin/java`` or ``java`` on PATH, checked to be Java 11 or 17."""
-    java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-    if not java or not Path(java).exists():
-        raise LocalNodeError(
-            "Java was not found (JAVA_HOME unset and no 'java' on PATH):"
-            " Cassandra 5.0 needs Java 17"
-        )
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
-    match = re.search(r'version "(\d+)', out)
-    major = int(match[1]) if match else 0
-    if major not in (11, 17):
-        raise LocalNodeError(
-            f"Java at {java} is version {major or 'unknown'}: Cassandra 5.0 runs on Java 17"
-            " (or 11); set JAVA_HOME to a Java 17 installation"
-        )
-    return java
-
-
 def _override_yaml(text: str, settings: Mapping[str, str]) -> str:
     """Replace (or append) top-level ``key: value`` lines."""
     for key, value in settings.items():
@@ -511,58 +497,6 @@ def _override_yaml(text: str, settings: Mapping[str, str]) -> str:
         if count == 0:
             text += f"\n{line}\n"
     return text
-
-
-def _live_pid(pid_file: Path) -> int | None:
-    """The recorded pid if that process has not exited."""
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    return None if _exited(pid) else pid
-
-
-def _exited(pid: int) -> bool:
-    """True once ``pid`` is gone: no such process, or a zombie whose threads have all ended.
-
-    The main thread of a JVM turns zombie while its other threads are still exiting
-    and holding the node's sockets; the ports are free only after the last one.
-    """
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1][:1]
-    except FileNotFoundError:
-        return Path("/proc/self").exists()  # gone since kill(); without /proc, trust kill()
-    except OSError:
-        return False
-    if state != "Z":
-        return False
-    try:
-        return len(os.listdir(f"/proc/{pid}/task")) <= 1
-    except OSError:
-        return True
-
-
-def _wait_exit(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        child = _CHILDREN.get(pid)
-        if child is not None:
-            if child.poll() is not None:  # reaped: every thread has ended
-                del _CHILDREN[pid]
-                return True
-        else:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)  # reap it if we are its parent
-            if _exited(pid):
-                return True
-        time.sleep(0.2)
-    return False
 
 
 def _check_ports_free(spec: NodeSpec) -> None:
@@ -601,8 +535,8 @@ def _wait_for_cql(
 ) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if _live_pid(spec.pid_file) is None:
-            child = _CHILDREN.pop(pid, None)
+        if live_pid(spec.pid_file) is None:
+            child = CHILDREN.pop(pid, None)
             if child is not None:
                 child.poll()  # reaps it
             with contextlib.suppress(ChildProcessError):
@@ -611,7 +545,7 @@ def _wait_for_cql(
                 f"node{spec.index} at {spec.address}:{spec.native_port} exited during start"
                 f" (pid {pid}).\n{_log_tail(spec)}"
             )
-        if _port_open(spec.address, spec.native_port):
+        if port_open(spec.address, spec.native_port):
             version = probe_cql(spec.address, spec.native_port, ssl_context=ssl_context)
             if version:
                 return version
@@ -620,56 +554,3 @@ def _wait_for_cql(
         f"node{spec.index} at {spec.address}:{spec.native_port} did not answer CQL within"
         f" {timeout:.0f}s (pid {pid} still running).\n{_log_tail(spec)}"
     )
-
-
-def _port_open(address: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1.0)
-        return sock.connect_ex((address, port)) == 0
-
-
-@contextlib.contextmanager
-def _quiet_driver() -> Iterator[None]:
-    """Silence the driver's connection warnings while probing a node that may be down."""
-    logger = logging.getLogger("cassandra")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def probe_cql(
-    address: str, port: int, timeout: float = 5.0, *, ssl_context: ssl.SSLContext | None = None
-) -> str | None:
-    """``release_version`` of the node at ``address:port``, or None if it does not answer.
-
-    ``ssl_context`` connects with TLS (a node that requires it answers nothing else).
-    """
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import WhiteListRoundRobinPolicy
-
-    if not _port_open(address, port):
-        return None
-    with _quiet_driver():
-        # An execution profile, not the legacy load_balancing_policy argument: that
-        # one warns (DeprecationWarning), and the tests turn warnings into errors.
-        profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([address]))
-        cluster = Cluster(
-            [address],
-            port=port,
-            connect_timeout=timeout,
-            control_connection_timeout=timeout,
-            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-            protocol_version=5,  # local nodes run Cassandra 5.0: no negotiation needed
-            ssl_context=ssl_context,
-        )
-        try:
-            session = cluster.connect()
-            row = session.execute("SELECT release_version FROM system.local", timeout=timeout).one()
-            return str(row.release_version) if row else None
-        except Exception:  # any failure here means "not ready yet"
-            return None
-        finally:
-            cluster.shutdown()

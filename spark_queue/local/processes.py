@@ -1,0 +1,151 @@
+"""Processes and ports of local nodes: Java, pids that may be zombies, CQL probes.
+
+What ``node.LocalCluster`` needs from the operating system and the driver, kept
+apart from the cluster's own logic: finding Java 17, telling whether a recorded
+pid still runs (a JVM's zombie holds its ports until its last thread ends),
+waiting for a launched node to exit, and asking a node for its version over CQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from spark_queue.errors import LocalNodeError
+
+#: Nodes this process launched, by pid (see ``LocalCluster._launch``): reaped here.
+CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def find_java() -> str:
+    """``$JAVA_HOME/bin/java`` or ``java`` on PATH, checked to be Java 11 or 17."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise LocalNodeError(
+            "Java was not found (JAVA_HOME unset and no 'java' on PATH):"
+            " Cassandra 5.0 needs Java 17"
+        )
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
+    match = re.search(r'version "(\d+)', out)
+    major = int(match[1]) if match else 0
+    if major not in (11, 17):
+        raise LocalNodeError(
+            f"Java at {java} is version {major or 'unknown'}: Cassandra 5.0 runs on Java 17"
+            " (or 11); set JAVA_HOME to a Java 17 installation"
+        )
+    return java
+
+
+def live_pid(pid_file: Path) -> int | None:
+    """The recorded pid if that process has not exited."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return None if exited(pid) else pid
+
+
+def exited(pid: int) -> bool:
+    """True once ``pid`` is gone: no such process, or a zombie whose threads have all ended.
+
+    The main thread of a JVM turns zombie while its other threads are still exiting
+    and holding the node's sockets; the ports are free only after the last one.
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1][:1]
+    except FileNotFoundError:
+        return Path("/proc/self").exists()  # gone since kill(); without /proc, trust kill()
+    except OSError:
+        return False
+    if state != "Z":
+        return False
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except OSError:
+        return True
+
+
+def wait_exit(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        child = CHILDREN.get(pid)
+        if child is not None:
+            if child.poll() is not None:  # reaped: every thread has ended
+                del CHILDREN[pid]
+                return True
+        else:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # reap it if we are its parent
+            if exited(pid):
+                return True
+        time.sleep(0.2)
+    return False
+
+
+def port_open(address: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((address, port)) == 0
+
+
+@contextlib.contextmanager
+def quiet_driver() -> Iterator[None]:
+    """Silence the driver's connection warnings while probing a node that may be down."""
+    logger = logging.getLogger("cassandra")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def probe_cql(
+    address: str, port: int, timeout: float = 5.0, *, ssl_context: ssl.SSLContext | None = None
+) -> str | None:
+    """``release_version`` of the node at ``address:port``, or None if it does not answer.
+
+    ``ssl_context`` connects with TLS (a node that requires it answers nothing else).
+    """
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import WhiteListRoundRobinPolicy
+
+    if not port_open(address, port):
+        return None
+    with quiet_driver():
+        # An execution profile, not the legacy load_balancing_policy argument: that
+        # one warns (DeprecationWarning), and the tests turn warnings into errors.
+        profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([address]))
+        cluster = Cluster(
+            [address],
+            port=port,
+            connect_timeout=timeout,
+            control_connection_timeout=timeout,
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+            protocol_version=5,  # local nodes run Cassandra 5.0: no negotiation needed
+            ssl_context=ssl_context,
+        )
+        try:
+            session = cluster.connect()
+            row = session.execute("SELECT release_version FROM system.local", timeout=timeout).one()
+            return str(row.release_version) if row else None
+        except Exception:  # any failure here means "not ready yet"
+            return None
+        finally:
+            cluster.shutdown()
