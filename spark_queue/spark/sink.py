@@ -22,9 +22,8 @@ Guarantees:
 from __future__ import annotations
 
 import logging
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,8 +54,6 @@ log = logging.getLogger(__name__)
 
 #: Rows per send: one id block and a few single-partition batches each.
 CHUNK_ROWS = 1000
-#: Chunks one task sends at once.
-SEND_CONCURRENCY = 4
 
 _ACCEPTED: dict[str, tuple[type[DataType], ...]] = {
     "payload": (BinaryType, StringType),
@@ -130,7 +127,8 @@ def write_batches(
     chunks: dict[str, int] = defaultdict(int)
     sent = SinkCommit(part)
 
-    def send(queue: Queue, rows: _Rows, chunk: int) -> None:
+    def flush(name: str, rows: _Rows) -> None:
+        queue = queues.get(name) or queues.setdefault(name, open_queue(options.connection, name))
         delays: float | list[float] = rows.delays if rows.delays is not None else 0.0
         if writer is None:
             queue.send_batch(rows.payloads, headers=rows.headers, delay=delays)
@@ -142,42 +140,22 @@ def write_batches(
                 rows.payloads,
                 headers=rows.headers,
                 delay=delays,
-                chunk=chunk,
+                chunk=chunks[name],
             )
+        chunks[name] += 1
+        sent.sent[name] = sent.sent.get(name, 0) + len(rows.payloads)
 
-    # Chunks go out side by side (each is its own keyed send, so their order does
-    # not matter): a task of several thousand rows waits for about one chunk's
-    # round trips instead of one chunk's after another.
-    in_flight: deque[Future[None]] = deque()
-    with ThreadPoolExecutor(SEND_CONCURRENCY, thread_name_prefix="bdq-sink") as pool:
-        try:
-
-            def flush(name: str, rows: _Rows) -> None:
-                queue = queues.get(name) or queues.setdefault(
-                    name, open_queue(options.connection, name)
-                )
-                while len(in_flight) >= SEND_CONCURRENCY:
-                    in_flight.popleft().result()  # raises the first failed send
-                in_flight.append(pool.submit(send, queue, rows, chunks[name]))
-                chunks[name] += 1
-                sent.sent[name] = sent.sent.get(name, 0) + len(rows.payloads)
-
-            rows_before = 0
-            for batch in batches:
-                for name, rows in _split(batch, options.queue, part, rows_before):
-                    into = pending.setdefault(name, _Rows([], None, None))
-                    into.extend(rows)
-                    while len(into.payloads) >= CHUNK_ROWS:
-                        flush(name, into.take(CHUNK_ROWS))
-                rows_before += batch.num_rows
-            for name, rows in pending.items():
-                if rows.payloads:
-                    flush(name, rows)
-            while in_flight:
-                in_flight.popleft().result()
-        finally:
-            for future in in_flight:
-                future.cancel()  # a task that failed stops sending; Spark retries it whole
+    rows_before = 0
+    for batch in batches:
+        for name, rows in _split(batch, options.queue, part, rows_before):
+            into = pending.setdefault(name, _Rows([], None, None))
+            into.extend(rows)
+            while len(into.payloads) >= CHUNK_ROWS:
+                flush(name, into.take(CHUNK_ROWS))
+        rows_before += batch.num_rows
+    for name, rows in pending.items():
+        if rows.payloads:
+            flush(name, rows)
     return sent
 
 
