@@ -119,7 +119,7 @@ class SparkBenchParams:
     partitions: int = 2
     latency_messages: int = 1500
     latency_rate: float = 60.0
-    trigger_interval: float = 0.0
+    trigger_interval: float = 0.25
     visibility_timeout: float = 120.0
     bucket_size: int = 1000
     master: str = "local[2]"
@@ -341,7 +341,7 @@ def run_spark_bench(
     partitions: int = 2,
     latency_messages: int = 1500,
     latency_rate: float = 60.0,
-    trigger_interval: float = 0.0,
+    trigger_interval: float = 0.25,
     visibility_timeout: float = 120.0,
     bucket_size: int = 1000,
     master: str = "local[2]",
