@@ -52,7 +52,13 @@ from spark_queue.config import QueueSettings, check_int, check_seconds
 from spark_queue.counting import QueueCounter
 from spark_queue.dead_letters import DeadLetters
 from spark_queue.defaults import MAX_BATCH, MAX_ORDER_HINT, SETTINGS_REFRESH
-from spark_queue.errors import InvalidMessage, QueueNotFound, SparkQueueError, StaleReceipt
+from spark_queue.errors import (
+    InvalidMessage,
+    InvalidSetting,
+    QueueNotFound,
+    SparkQueueError,
+    StaleReceipt,
+)
 from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Message, QueueStats, Receipt, new_lease
 from spark_queue.metrics import QueueCounters
@@ -478,6 +484,60 @@ class Queue:
 
         return self._steps.receive_leased(
             consumer, step, part, lease, fail_on_data_loss=fail_on_data_loss
+        )
+
+    def receive_step_slice(
+        self,
+        consumer: str,
+        step: int,
+        part: int,
+        max_messages: int,
+        *,
+        bucket: int,
+        ids: tuple[int, int],
+        visibility_timeout: float | None = None,
+        order_hint: int | None = None,
+        fail_on_data_loss: bool = False,
+    ) -> list[Delivery]:
+        """``receive_step`` in one id slice of one bucket: ids ``ids[0] <= id < ids[1]``.
+
+        For a step that split a bucket among several parts (the Spark source's
+        ``minPartitions``); the caller owns the bucket for the step. Recorded
+        and replayed as ``receive_step`` is.
+
+        Raises:
+            InvalidSetting: A bad count, timeout or order hint, or a slice
+                outside ``bucket``.
+            DataLoss: With ``fail_on_data_loss``, a replay found messages gone.
+        """
+        count = check_int("max_messages", max_messages, 1, MAX_BATCH)
+        size = self.settings.bucket_size
+        if not bucket * size <= ids[0] < ids[1] <= (bucket + 1) * size:
+            raise InvalidSetting(
+                f"id slice {list(ids)}: must be a non-empty range of ids inside bucket {bucket}"
+                f" ({bucket * size} to {(bucket + 1) * size})"
+            )
+        timeout = check_seconds(
+            "visibility_timeout",
+            self.settings.visibility_timeout if visibility_timeout is None else visibility_timeout,
+        )
+        hint = check_int(
+            "order_hint",
+            self.settings.order_hint if order_hint is None else order_hint,
+            1,
+            MAX_ORDER_HINT,
+        )
+        self._check_alive()
+
+        def receive() -> list[Delivery]:
+            deliveries = self._receiving.receive_slice(
+                bucket, ids, count, int(timeout * 1000), hint
+            )
+            self._counts.received.inc(len(deliveries))
+            return deliveries
+
+        return self._steps.receive(
+            consumer, step, part, receive, fail_on_data_loss=fail_on_data_loss
         )
 
     def renew_step(

@@ -44,6 +44,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -281,3 +282,30 @@ class Receiver:
             else:
                 self._bounds.note_idle(bucket, now)
         return found
+
+    def receive_slice(
+        self, bucket: int, ids: tuple[int, int], count: int, timeout_ms: int, hint: int
+    ) -> list[Delivery]:
+        """Like a receive naming ``bucket``, in its id slice ``ids[0] <= id < ids[1]`` only.
+
+        A Spark step that split a busy bucket among several tasks (option
+        ``minPartitions``) gives each one slice; the step's driver owns the
+        whole bucket, so the slices' plain leases race with nobody. The scan
+        starts at the slice's first id and reads in id order, so rows past
+        the slice come only after every visible one inside it and are dropped.
+        """
+        now = now_ms()
+        first, end = ids
+        scanned = self._buckets.scan_visible(bucket, now, count * hint, after=first - 1)
+        found = [m for m in scanned if m.id < end]
+        chosen = self._past_limit(pick_oldest(found, count, hint, self.claims.rng), now)
+        live = [m for m in chosen if m.expires_at > now]
+        token = new_lease()
+        writes = [replace(_lease(m, timeout_ms, now), lease=token) for m in live]
+        self._buckets.write_leases_shared(writes, now)
+        held = self._buckets.leases_of([(w.bucket, w.id) for w in writes])
+        return [
+            delivery_of(self._buckets.queue_id, m, w)
+            for m, w in zip(live, writes, strict=True)
+            if held.get((w.bucket, w.id)) == (w.lease, False)
+        ]

@@ -8,7 +8,8 @@ import pytest
 
 from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import InvalidSetting
-from spark_queue.spark.source import Offset, shares
+from spark_queue.spark.offsets import Offset
+from spark_queue.spark.source import shares
 
 
 def test_offsets_round_trip_through_canonical_json() -> None:
@@ -19,9 +20,30 @@ def test_offsets_round_trip_through_canonical_json() -> None:
     assert Offset.from_dict(json.loads(text)) == offset
 
 
+def test_incarnations_and_slices_round_trip_and_older_offsets_still_read() -> None:
+    offset = Offset(
+        "abc", 7, (3, 3), (10, 10), ("q", "q"), (("q", "ab12"),), ((300, 350), (350, 400))
+    )
+
+    value = json.loads(json.dumps(offset.to_dict(), sort_keys=True))
+
+    assert value["incarnations"] == {"q": "ab12"}
+    assert value["slices"] == [[300, 350], [350, 400]]
+    assert Offset.from_dict(value) == offset
+    older = Offset.from_dict({"stream": "abc", "step": 7, "buckets": [3], "shares": [10]})
+    assert (older.incarnation, older.part_slices()) == ({}, [None])
+    assert "incarnations" not in older.to_dict() and "slices" not in older.to_dict()
+
+
 @pytest.mark.parametrize(
     "value",
-    [{"step": 1}, {"stream": "s", "step": "x"}, {"stream": "s", "step": 1, "buckets": [1]}],
+    [
+        {"step": 1},
+        {"stream": "s", "step": "x"},
+        {"stream": "s", "step": 1, "buckets": [1]},
+        {"stream": "s", "step": 1, "buckets": [1], "shares": [1], "slices": [[1, 2], [2, 3]]},
+        {"stream": "s", "step": 1, "incarnations": ["q"]},
+    ],
 )
 def test_foreign_offsets_are_refused(value: dict[str, object]) -> None:
     with pytest.raises(InvalidSetting, match="not a bdq offset"):

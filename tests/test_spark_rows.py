@@ -57,7 +57,7 @@ def test_buckets_of_one_queue_share_partitions_up_to_the_partition_limit() -> No
 
 
 def test_offsets_keep_their_partitions_and_refuse_a_bad_list() -> None:
-    offset = Offset("s", 3, (4, 5, 6), (10, 10, 10), ("a", "a", "a"), (0, 0, 1))
+    offset = Offset("s", 3, (4, 5, 6), (10, 10, 10), ("a", "a", "a"), partition_of=(0, 0, 1))
     assert Offset.from_dict(offset.to_dict()) == offset
     # written before partitions grouped buckets: no "partitions", one per bucket
     assert "partitions" not in Offset("s", 3, (4,), (10,), ("a",)).to_dict()

@@ -180,3 +180,142 @@ def test_a_checkpoint_in_the_one_queue_offset_format_replays_the_same_messages(
     assert sorted(first) == sorted(ids)
     assert sorted(replayed) == sorted((i, 1) for i in ids)  # the same deliveries, not new ones
     assert queue.stats().total == 0
+
+
+def test_a_queue_recreated_under_a_restarted_stream_fails_its_replay_or_goes_on_anew(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
+) -> None:
+    queue = client.create_queue("reborn", bucket_size=100)
+    queue.send_batch([f"old{i}" for i in range(20)])
+    checkpoint, first = tmp_path / "ck", []
+    with pytest.raises(StreamingQueryException, match="the sink failed"):
+        run_batches(source(spark, keyspace, queue="reborn"), checkpoint, _fail_after_reading(first))
+    assert len(first) == 20
+    client.delete_queue("reborn")
+    fresh = client.create_queue("reborn", bucket_size=100).send_batch([f"new{i}" for i in range(5)])
+
+    replayed: list[int] = []
+    keep: Callable[[DataFrame, int], None] = lambda batch, _: replayed.extend(  # noqa: E731
+        r.id for r in batch.select("id").collect()
+    )
+    with pytest.raises(
+        StreamingQueryException,
+        match=r"queue 'reborn' was deleted and re-created under the stream; step 1 of stream"
+        r" '\w+' is replayed but was planned from the queue's old incarnation: 20 message\(s\)",
+    ):
+        run_batches(source(spark, keyspace, queue="reborn"), checkpoint, keep)
+    assert replayed == []
+
+    run_batches(source(spark, keyspace, queue="reborn", failOnDataLoss="false"), checkpoint, keep)
+    assert sorted(replayed) == sorted(fresh)  # the new incarnation, from its start
+    assert client.queue("reborn").stats().total == 0
+
+
+def test_a_queue_recreated_under_a_running_stream_fails_it_or_goes_on_anew(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
+) -> None:
+    client.create_queue("alive", bucket_size=100).send_batch([f"old{i}" for i in range(10)])
+    df = source(spark, keyspace, queue="alive")
+    query, table = to_memory(df, tmp_path / "ck", available_now=False, interval="0.2 seconds")
+    try:
+        wait_for(lambda: spark.table(table).count() == 10, 120, "the old queue's 10 rows")
+        client.delete_queue("alive")
+        fresh = client.create_queue("alive", bucket_size=100).send_batch(
+            [f"new{i}" for i in range(5)]
+        )
+        with pytest.raises(
+            StreamingQueryException,
+            match=r"queue 'alive' was deleted and re-created under the stream; step \d+ of"
+            r" stream '\w+' meets its new incarnation: 0 message\(s\) the stream leased",
+        ):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert spark.table(table).count() == 10
+
+    # The memory sink cannot restart from a checkpoint: go on through foreachBatch.
+    rows: list[int] = []
+    df = source(spark, keyspace, queue="alive", failOnDataLoss="false")
+    run_batches(df, tmp_path / "ck", lambda batch, _: rows.extend(r.id for r in batch.collect()))
+    assert sorted(rows) == sorted(fresh)
+
+
+def test_max_bytes_per_trigger_caps_batches_lets_a_large_message_go_and_the_stricter_wins(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
+) -> None:
+    # Given a large message first, then small ones; K = 1 receives exactly the planned ones.
+    queue = client.create_queue("sized", bucket_size=10, order_hint=1)
+    sent = queue.send_batch([b"L" * 5000] + [b"s" * 1000] * 5)
+    batches: list[tuple[int, int]] = []
+    ids: list[int] = []
+
+    def keep(batch: DataFrame, _: int) -> None:
+        rows = batch.select("id", "payload").collect()
+        if rows:
+            batches.append((len(rows), sum(len(r.payload) for r in rows)))
+            ids.extend(r.id for r in rows)
+
+    # When the byte limit is the stricter one.
+    run_batches(
+        source(spark, keyspace, queue="sized", maxBytesPerTrigger="3500"), tmp_path / "a", keep
+    )
+    # Then the large message goes alone, the others in batches of at most 3500 bytes.
+    assert batches == [(1, 5000), (3, 3000), (2, 2000)]
+    assert sorted(ids) == sorted(sent)
+
+    # When the message limit is the stricter one, it wins.
+    batches.clear()
+    more = queue.send_batch([b"s" * 1000] * 3)
+    df = source(
+        spark, keyspace, queue="sized", maxbytespertrigger="3500", maxMessagesPerTrigger="2"
+    )
+    run_batches(df, tmp_path / "b", keep)
+    assert batches == [(2, 2000), (1, 1000)]
+    assert sorted(ids) == sorted(sent + more)
+    assert queue.stats().total == 0
+
+
+def test_a_kafka_option_fails_the_query_at_start_naming_it_and_what_to_use(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
+) -> None:
+    client.create_queue("kafkaesque")
+    df = source(spark, keyspace, queue="kafkaesque", startingOffsets="earliest")
+    with pytest.raises(Exception, match="option 'startingOffsets': a Kafka option the bdq source"):
+        to_memory(df, tmp_path / "ck")[0].awaitTermination(60)
+
+
+def test_min_partitions_splits_a_busy_bucket_among_tasks_and_a_replay_splits_it_alike(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
+) -> None:
+    from pyspark.sql.functions import spark_partition_id
+
+    queue = client.create_queue("hot", bucket_size=100)
+    sent = queue.send_batch([f"h{i}" for i in range(40)])  # a backlog in one bucket
+    checkpoint = tmp_path / "ck"
+    first: dict[int, set[int]] = {}
+    replayed: dict[int, set[tuple[int, int]]] = {}
+
+    def rows(batch: DataFrame) -> list[tuple[int, int, int]]:
+        df = batch.select(spark_partition_id().alias("p"), "id", "delivery_count")
+        return [(r.p, r.id, r.delivery_count) for r in df.collect()]
+
+    def fail(batch: DataFrame, _: int) -> None:
+        for p, i, _count in rows(batch):
+            first.setdefault(p, set()).add(i)
+        raise RuntimeError("the sink failed")  # the batch stays uncommitted
+
+    def keep(batch: DataFrame, _: int) -> None:
+        for p, i, count in rows(batch):
+            replayed.setdefault(p, set()).add((i, count))
+
+    with pytest.raises(StreamingQueryException, match="the sink failed"):
+        run_batches(source(spark, keyspace, queue="hot", minPartitions="4"), checkpoint, fail)
+    # Read by 4 tasks, 10 messages each, each message once.
+    assert sorted(len(ids) for ids in first.values()) == [10, 10, 10, 10]
+    assert sorted(i for ids in first.values() for i in ids) == sorted(sent)
+
+    # A restart replays the slices the offset recorded, whatever minPartitions says now.
+    run_batches(source(spark, keyspace, queue="hot", minPartitions="2"), checkpoint, keep)
+    assert {p: {i for i, _ in got} for p, got in replayed.items()} == first
+    assert {count for got in replayed.values() for _, count in got} == {1}  # same deliveries
+    assert queue.stats().total == 0

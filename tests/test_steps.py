@@ -188,3 +188,21 @@ def test_send_once_retried_after_release_keeps_deliveries_already_held(
     queue.ack(held.receipt)
     assert payloads_of(queue) == [b"free"]
     assert queue.stats().total == 0
+
+
+def test_slices_of_a_bucket_receive_only_their_ids_replay_alike_and_ack_with_the_step(
+    client: QueueClient,
+) -> None:
+    queue = client.create_queue("sliced", bucket_size=10)
+    ids = queue.send_batch([str(i).encode() for i in range(10)])
+
+    low = queue.receive_step_slice("q", 3, 0, 10, bucket=0, ids=(0, 4))
+    high = queue.receive_step_slice("q", 3, 1, 10, bucket=0, ids=(4, 10))
+    again = queue.receive_step_slice("q", 3, 0, 10, bucket=0, ids=(0, 4))
+
+    assert [d.id for d in low] == ids[:4] and [d.id for d in high] == ids[4:]
+    assert [(d.id, d.receipt) for d in again] == [(d.id, d.receipt) for d in low]
+    assert queue.ack_step("q", 3) == (10, 0)
+    assert queue.stats().total == 0
+    with pytest.raises(SparkQueueError, match=r"id slice \[8, 12\]: must be a non-empty range"):
+        queue.receive_step_slice("q", 4, 0, 10, bucket=0, ids=(8, 12))

@@ -44,8 +44,14 @@ class BdqDataSource(DataSource):
             option (at most 100000 per batch).
         minMessagesPerTrigger: Fewest messages a micro-batch waits for, unless
             ``maxTriggerDelay`` (default ``'15m'``) passed since the last batch.
-        failOnDataLoss: Fail when a replayed micro-batch finds messages gone
-            (default true); false logs them and goes on.
+        failOnDataLoss: Fail when a replayed micro-batch finds messages gone,
+            or a queue was deleted and re-created under the stream (default
+            true); false logs them and goes on.
+        maxBytesPerTrigger: Most payload bytes per micro-batch ('10m'), at
+            least one message. Default: no byte limit.
+        minPartitions: Fewest input partitions per micro-batch (1 to 64): the
+            busiest buckets are split into id slices read by different tasks.
+            Default: each bucket is one partition.
         orderHint: K of each receive. Default: the queue's.
 
     Sink options:

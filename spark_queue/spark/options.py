@@ -38,6 +38,8 @@ SOURCE_OPTIONS = (
     "maxMessagesPerTrigger",
     "minMessagesPerTrigger",
     "maxTriggerDelay",
+    "maxBytesPerTrigger",
+    "minPartitions",
     "orderHint",
     "failOnDataLoss",
 )
@@ -45,6 +47,8 @@ SINK_OPTIONS = ("queue", "writerId")
 #: Spark's own options, which it passes on to sources and sinks.
 SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 
+#: Most partitions ``minPartitions`` may ask for (the source's MAX_PARTITIONS per step).
+MAX_MIN_PARTITIONS = 64
 #: Messages one micro-batch leases when no limit is set (bounds executor memory).
 DEFAULT_MAX_MESSAGES_PER_TRIGGER = 100_000
 #: Seconds a stream waits for ``minMessagesPerTrigger`` before it runs a smaller batch
@@ -52,7 +56,51 @@ DEFAULT_MAX_MESSAGES_PER_TRIGGER = 100_000
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*")
+_BYTES = re.compile(r"\s*(\d+)\s*(b|k|kb|m|mb|g|gb)?\s*", re.IGNORECASE)
+_UNIT_BYTES = {None: 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+#: Largest maxBytesPerTrigger (1 TiB): anything larger is a typo, not a batch.
+MAX_BYTES_PER_TRIGGER = 1024**4
 _UNIT_SECONDS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+_NO_OFFSETS = (
+    "a queue has no offsets to start or end at: a stream receives what is visible and"
+    " acked messages are gone; start a new checkpoint to begin afresh, bound a run with"
+    " trigger(availableNow=True), or read without consuming with spark.read.format('bdq')"
+)
+#: Spark's Kafka source and sink options with why bdq does not take each (a Kafka
+#: user's first guesses get an answer, not just "unknown").
+KAFKA_OPTIONS = {
+    "subscribe": "use option 'queue' (a name or a comma list of names)",
+    "subscribePattern": "use option 'queuePattern'",
+    "assign": "queues have no partitions to assign: use option 'queue'; queries reading one"
+    " queue split its buckets among themselves",
+    "topic": "use option 'queue' (or a 'queue' column to route each row)",
+    "startingOffsets": _NO_OFFSETS,
+    "endingOffsets": _NO_OFFSETS,
+    "startingTimestamp": _NO_OFFSETS,
+    "startingOffsetsByTimestamp": _NO_OFFSETS,
+    "endingOffsetsByTimestamp": _NO_OFFSETS,
+    "startingOffsetsByTimestampStrategy": _NO_OFFSETS,
+    "maxOffsetsPerTrigger": "use option 'maxMessagesPerTrigger'",
+    "minOffsetsPerTrigger": "use option 'minMessagesPerTrigger' (with 'maxTriggerDelay')",
+    "maxRecordsPerPartition": "a partition reads one bucket (at most a bucket's worth);"
+    " use option 'minPartitions' or a smaller bucket_size for more, smaller partitions",
+    "includeHeaders": "the 'headers' column (map<string,string>) is always there",
+    "groupIdPrefix": "queries share a queue through bucket ownership, not consumer groups:"
+    " there is no group id to set",
+    "fetchOffset.numRetries": "there are no offsets to fetch; the driver retries Cassandra"
+    " requests itself (connection option 'consistency', the cluster's timeouts)",
+    "fetchOffset.retryIntervalMs": "there are no offsets to fetch",
+    "kafkaConsumer.pollTimeoutMs": "a task reads its bucket in one receive: nothing to poll",
+}
+_KAFKA_LOWER = {name.lower(): name for name in KAFKA_OPTIONS}
+#: Prefixes of Kafka client settings (``kafka.bootstrap.servers``, ``kafka.group.id``, ...).
+_KAFKA_PREFIX = (
+    "kafka.",
+    "use the connection options ('hosts', 'keyspace', 'localDc', 'username', 'password',"
+    " 'tls...') or the BDQ_* environment",
+)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -63,6 +111,14 @@ def _check_known(options: Mapping[str, str], own: tuple[str, ...], role: str) ->
     names = [*own, *CONNECTION_OPTIONS]
     allowed = {n.lower() for n in names} | SPARK_OPTIONS
     for key in options:
+        name = _KAFKA_LOWER.get(key, key)
+        reason = KAFKA_OPTIONS.get(name)
+        if reason is None and key.startswith(_KAFKA_PREFIX[0]):
+            reason = _KAFKA_PREFIX[1]
+        if reason is not None and key not in allowed:
+            raise InvalidSetting(
+                f"option {name!r}: a Kafka option the bdq {role} does not take: {reason}"
+            )
         if key not in allowed:
             raise InvalidSetting(
                 f"option {key!r}: unknown for the bdq {role}; known options: {', '.join(names)}"
@@ -78,6 +134,18 @@ def parse_duration(option: str, value: str) -> float:
             f"option {option!r} = {value!r}: must be a positive duration such as '30s' or '500ms'"
         )
     return seconds
+
+
+def parse_bytes(option: str, value: str) -> int:
+    """Bytes from '1048576', '512k', '10m' or '1g' (binary units, as Spark's sizes)."""
+    match = _BYTES.fullmatch(str(value))
+    number = int(match[1]) * _UNIT_BYTES[(match[2] or "b")[0].lower()] if match else 0
+    if not 1 <= number <= MAX_BYTES_PER_TRIGGER:
+        raise InvalidSetting(
+            f"option {option!r} = {value!r}: must be a size from 1 byte to 1 TiB, such as"
+            " '1048576', '512k', '10m' or '1g'"
+        )
+    return number
 
 
 def parse_positive_int(option: str, value: str, high: int) -> int:
@@ -219,6 +287,10 @@ class SourceOptions:
         max_trigger_delay: Seconds (see above).
         fail_on_data_loss: Fail the query when a replayed micro-batch finds
             messages gone; False logs them and goes on.
+        max_bytes_per_trigger: Most payload bytes per micro-batch (at least
+            one message); None for no byte limit.
+        min_partitions: Fewest input partitions a micro-batch is split into
+            (busy buckets split into id slices); None to read each bucket whole.
     """
 
     queue: str
@@ -231,6 +303,8 @@ class SourceOptions:
     min_messages_per_trigger: int | None = None
     max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
     fail_on_data_loss: bool = True
+    max_bytes_per_trigger: int | None = None
+    min_partitions: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -250,6 +324,8 @@ class SourceOptions:
         delay = opts.get("maxtriggerdelay")
         hint = opts.get("orderhint")
         fail = opts.get("failondataloss")
+        max_bytes = opts.get("maxbytespertrigger")
+        partitions = opts.get("minpartitions")
         if delay is not None and minimum is None:
             raise InvalidSetting(
                 f"option 'maxTriggerDelay' = {delay!r}: applies only with 'minMessagesPerTrigger'"
@@ -278,6 +354,12 @@ class SourceOptions:
             if delay is None
             else parse_duration("maxTriggerDelay", delay),
             fail_on_data_loss=True if fail is None else parse_bool("failOnDataLoss", fail),
+            max_bytes_per_trigger=None
+            if max_bytes is None
+            else parse_bytes("maxBytesPerTrigger", max_bytes),
+            min_partitions=None
+            if partitions is None
+            else parse_positive_int("minPartitions", partitions, MAX_MIN_PARTITIONS),
             connection=connection_settings(opts),
             visibility_timeout=None if vt is None else parse_duration("visibilityTimeout", vt),
             max_messages_per_trigger=max_messages,

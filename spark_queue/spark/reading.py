@@ -57,6 +57,10 @@ class BucketPartition(InputPartition):
     step: int = 0
     part: int = 0
     peek: bool = False
+    #: ``queue_id`` (hex) of the queue incarnation the step was planned from ("" unknown).
+    incarnation: str = ""
+    #: The id slice ``(first, end)`` of the bucket this part reads; None for all of it.
+    ids: tuple[int, int] | None = None
     value: Any = field(default=None, repr=False)  # InputPartition's own attribute
 
 

@@ -126,6 +126,11 @@ class BucketSharing:
                 self._owned.pop(part, None)  # forgotten before the release is sent
         self._release(freed - later, open_queue)
 
+    def release(self, parts: Iterable[tuple[str, int]], open_queue: OpenQueue) -> None:
+        """Release ``(queue, bucket)`` taken for a plan but left out of its step (never held)."""
+        held = {p for parts in self._held.values() for p in parts}
+        self._release(set(parts) - held, open_queue)
+
     def release_all(self, open_queue: OpenQueue) -> None:
         """The query stops: every bucket is free for other queries at once."""
         with self._lock:

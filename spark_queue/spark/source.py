@@ -30,7 +30,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -53,19 +52,23 @@ from pyspark.sql.types import (
 )
 
 from spark_queue.defaults import MAX_BATCH
-from spark_queue.errors import InvalidSetting, QueueNotFound, SparkQueueError
+from spark_queue.errors import QueueNotFound, SparkQueueError
 from spark_queue.queue import Queue
-from spark_queue.spark import planning
+from spark_queue.spark import admission, planning, slicing
+from spark_queue.spark.incarnations import Incarnations, check_part
+from spark_queue.spark.offsets import Offset, incarnations_of
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
 from spark_queue.spark.reading import (
     BucketPartition,
     open_queue,
     read_partition,
     shared_client,
+    to_record_batch,
 )
 from spark_queue.spark.renewal import LeaseRenewal, renewal_period
 from spark_queue.spark.sharing import BucketSharing, ownership_period
 from spark_queue.store.buckets import now_ms
+from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
 
@@ -94,83 +97,12 @@ OWNERSHIP_ROUNDS = 3
 PATTERN_REFRESH = 5.0
 
 
-@dataclass(frozen=True)
-class Offset:
-    """One step of the stream, as Spark stores it in the checkpoint.
-
-    ``buckets``, ``shares`` (messages each bucket's partition may lease) and
-    ``queues`` (the queue of each bucket) are fixed when the step is planned,
-    so a replay splits the same way. Offsets written before the source read
-    several queues have no ``queues``: their buckets belong to the one queue
-    of the ``queue`` option (see ``parts``).
-    """
-
-    stream: str
-    step: int
-    buckets: tuple[int, ...] = ()
-    shares: tuple[int, ...] = ()
-    queues: tuple[str, ...] = ()
-    #: The input partition of each bucket (``group_buckets``); empty: one per bucket.
-    partition_of: tuple[int, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        value: dict[str, Any] = {
-            "stream": self.stream,
-            "step": self.step,
-            "buckets": list(self.buckets),
-            "shares": list(self.shares),
-        }
-        if self.queues:
-            value["queues"] = list(self.queues)
-        if self.partition_of:
-            value["partitions"] = list(self.partition_of)
-        return value
-
-    def parts(self, queues: Sequence[str]) -> list[tuple[str, int, int]]:
-        """``(queue, bucket, share)`` of each partition; ``queues`` is the ``queue`` option.
-
-        Raises:
-            InvalidSetting: An offset without queue names (written by an older
-                source) while the source does not read exactly one queue.
-        """
-        if self.queues or not self.buckets:
-            return list(zip(self.queues, self.buckets, self.shares, strict=True))
-        if len(queues) != 1:
-            raise InvalidSetting(
-                f"offset of step {self.step}: written by a bdq source that read one queue and"
-                " did not name it; restart this checkpoint with option 'queue' set to that"
-                " single queue (a list or 'queuePattern' can start a new checkpoint)"
-            )
-        return [(queues[0], b, n) for b, n in zip(self.buckets, self.shares, strict=True)]
-
-    @classmethod
-    def from_dict(cls, value: dict[str, Any]) -> Offset:
-        try:
-            offset = cls(
-                str(value["stream"]),
-                int(value["step"]),
-                tuple(int(b) for b in value.get("buckets", ())),
-                tuple(int(n) for n in value.get("shares", ())),
-                tuple(str(q) for q in value.get("queues", ())),
-                tuple(int(p) for p in value.get("partitions", ())),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            offset = None
-            cause: Exception | None = e
-        else:
-            cause = None
-        if (
-            offset is None
-            or len(offset.shares) != len(offset.buckets)
-            or len(offset.queues) not in (0, len(offset.buckets))
-            or len(offset.partition_of) not in (0, len(offset.buckets))
-            or any(p < 0 for p in offset.partition_of)
-        ):
-            raise InvalidSetting(
-                f"offset {json.dumps(value)}: not a bdq offset"
-                " (was the checkpoint written by another source?)"
-            ) from cause
-        return offset
+def read_slice(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
+    """Receive one id slice of a bucket (``minPartitions``; see spark.slicing)."""
+    queue = open_queue(partition.options.connection, partition.options.queue)
+    messages = slicing.receive_slice(queue, partition)
+    if messages:
+        yield to_record_batch(queue.name, messages)
 
 
 def group_buckets(parts: Sequence[tuple[str, int]]) -> tuple[int, ...]:
@@ -236,6 +168,9 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._matched: tuple[tuple[str, ...], float] | None = None
         self._last_batch = time.monotonic()
         self._sharing = BucketSharing("bdq")
+        self._incarnations = Incarnations(options.fail_on_data_loss)
+        #: The last step latestOffset planned (any other one partitions sees is a replay).
+        self._planned_step: int | None = None
         #: Acks of this query that found the lease lost (each a duplicate downstream).
         self.stale_acks = 0
 
@@ -265,9 +200,9 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._matched[0]
 
     def initialOffset(self) -> dict[str, Any]:
-        for name in self.options.queues:
-            self._queue(name)  # an unknown queue fails at query start, not at the first batch
-        return Offset(stream=uuid.uuid4().hex, step=0).to_dict()
+        # An unknown queue fails at query start, not at the first batch.
+        ids = {name: self._queue(name).queue_id.hex for name in self.options.queues}
+        return Offset(stream=uuid.uuid4().hex, step=0, incarnations=incarnations_of(ids)).to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # pyspark 4.3 has no composite limit, so minMessagesPerTrigger and
@@ -288,6 +223,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             limit.max_rows if isinstance(limit, ReadMaxRows) else DEFAULT_MAX_MESSAGES_PER_TRIGGER
         )
         found = []
+        ids: dict[str, str] = {}
         for name in self.queue_names():
             tails = self._available_now_tails
             if tails is not None and name not in tails:
@@ -296,34 +232,63 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 queue = self._queue(name)
             except QueueNotFound:
                 continue  # a matched queue deleted meanwhile
+            ids[name] = queue.queue_id.hex
             size = queue.settings.bucket_size
             # Twice what the limit needs: buckets another query owns are left out.
             wanted = min(MAX_PARTITIONS, 2 * math.ceil(max_rows / size))
             below = None if tails is None else tails[name]
             found.append([(name, b, size) for b in queue.visible_buckets(wanted, below=below)])
+        recreated = self._check_incarnations(begin, ids)
+        incarnations = incarnations_of({**begin.incarnation, **ids})
         plan = planning.plan(found, max_rows, MAX_PARTITIONS)
         if plan and self._wait_for_more(plan):
             plan = []
         elif plan:
             plan = self._owned(found, max_rows)
+            max_bytes = admission.byte_limit(self.options.max_bytes_per_trigger, limit)
+            if max_bytes is not None:
+                sizes = admission.visible_sizes_of(self._queue)
+                owned, plan = plan, admission.cap_bytes(plan, max_bytes, sizes)
+                kept = {(p.queue, p.bucket) for p in plan}
+                left = [(p.queue, p.bucket) for p in owned if (p.queue, p.bucket) not in kept]
+                self._sharing.release(left, self._queue)  # others may have them at once
         if plan:
+            sliced = slicing.split_plan(plan, self.options.min_partitions, self._queue)
+            plan = [p for p, _ in sliced]
+            slices = tuple(s for _, s in sliced) if any(s for _, s in sliced) else ()
             end = Offset(
                 begin.stream,
                 begin.step + 1,
                 tuple(p.bucket for p in plan),
                 tuple(p.share for p in plan),
                 tuple(p.queue for p in plan),
-                group_buckets([(p.queue, p.share) for p in plan]),
+                incarnations,
+                slices,
+                () if slices else group_buckets([(p.queue, p.share) for p in plan]),
             )
+            self._planned_step = end.step
             self._last_batch = time.monotonic()
             self._track(end)
             return end.to_dict()
-        if begin.buckets:
+        if begin.buckets or recreated:
             # Nothing new, but the last step leased messages: an empty step
             # makes Spark commit it now instead of after the next message.
-            return Offset(begin.stream, begin.step + 1).to_dict()
+            # A queue re-created (failOnDataLoss=false): it records the new incarnation.
+            return Offset(begin.stream, begin.step + 1, incarnations=incarnations).to_dict()
         self._idle_answer = (key, time.monotonic() + IDLE_POLL)
         return start
+
+    def _check_incarnations(self, begin: Offset, ids: dict[str, str]) -> set[str]:
+        """Queues re-created since ``begin`` was planned (spark_queue.spark.incarnations)."""
+        return self._incarnations.changed(
+            begin.incarnation,
+            ids,
+            Store.shared(self.options.connection),
+            stream=begin.stream,
+            step=begin.step + 1,
+            unacked=lambda name: [s for s, qs in self._step_queues.items() if name in qs],
+            replay=False,
+        )
 
     def _owned(self, found: list[list[tuple[str, int, int]]], max_rows: int) -> list[planning.Part]:
         """The plan over buckets this query owns now (spark_queue.spark.sharing).
@@ -374,27 +339,56 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not last.buckets or last.step == Offset.from_dict(start).step:
             return []
         parts = last.parts(self.options.queues)
+        gone = self._incarnations.replayed(
+            last,
+            {name for name, _, _ in parts},
+            self._queue,
+            Store.shared(self.options.connection),
+            replay=last.step != self._planned_step,
+        )
         self._track(last)  # a replay after a restart is planned here, not in latestOffset
+        planned = last.incarnation
         # The grouping is read from the offset, never computed again: a replay
-        # (and its journal, keyed by partition) splits the step as the first run did.
+        # (and its journal, keyed by partition) splits the step as the first run
+        # did. Offsets without one (older, or sliced by minPartitions): one part each.
         partition_of = last.partition_of or tuple(range(len(parts)))
-        grouped: dict[int, list[tuple[str, int, int]]] = {}
-        for index, part in zip(partition_of, parts, strict=True):
-            grouped.setdefault(index, []).append(part)
+        grouped: dict[int, list[tuple[tuple[str, int, int], tuple[int, int] | None]]] = {}
+        for index, part, ids in zip(partition_of, parts, last.part_slices(), strict=True):
+            grouped.setdefault(index, []).append((part, ids))
         return [
             BucketPartition(
-                dataclasses.replace(self.options, queue=members[0][0]),
-                tuple(bucket for _, bucket, _ in members),
-                sum(share for _, _, share in members),
+                dataclasses.replace(self.options, queue=name),
+                tuple(bucket for (_, bucket, _), _ in members),
+                sum(share for (_, _, share), _ in members),
                 last.stream,
                 last.step,
                 index,
+                incarnation=planned.get(name, ""),
+                ids=members[0][1] if len(members) == 1 else None,
             )
             for index, members in sorted(grouped.items())
+            for name in [members[0][0][0]]
+            if name not in gone  # re-created, failOnDataLoss=false: its parts are skipped
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BucketPartition)
+        if partition.incarnation:
+            queue = shared_client(partition.options.connection).queue(partition.options.queue)
+            if not check_part(
+                queue.buckets.store,
+                queue.name,
+                queue.queue_id.hex,
+                partition.incarnation,
+                stream=partition.stream,
+                step=partition.step,
+                part=partition.part,
+                share=partition.max_messages,
+                fail_on_data_loss=partition.options.fail_on_data_loss,
+            ):
+                return iter(())
+        if partition.ids is not None:
+            return read_slice(partition)
         return read_partition(partition)
 
     def commit(self, end: dict[str, Any]) -> None:

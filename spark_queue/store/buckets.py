@@ -35,8 +35,8 @@ _COLUMNS = (
 )
 INSERT = (
     "INSERT INTO {ks}.messages (queue_id, bucket, id, payload, headers, enqueued_at, visible_at,"
-    " expires_at, delivery_count, lease, acked) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, false)"
-    " USING TTL ?"
+    " expires_at, delivery_count, lease, acked, payload_bytes)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, false, ?) USING TTL ?"
 )
 SCAN_VISIBLE = (
     f"SELECT {_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ?"
@@ -239,6 +239,7 @@ class Buckets:
             m.enqueued_at,
             m.visible_at,
             m.expires_at,
+            len(m.payload),
             ttl_left(m.expires_at, now),
         )
 
@@ -707,3 +708,32 @@ ACK_IN = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true"
     " WHERE queue_id = ? AND bucket = ? AND id IN ?"
 )
+
+SCAN_SIZES = (
+    "SELECT id, payload_bytes FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
+    " AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
+)
+SCAN_SIZES_IN = (
+    "SELECT id, payload_bytes FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
+    " AND id >= ? AND id < ? AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
+)
+
+
+def visible_sizes(
+    buckets: Buckets, bucket: int, now: int, limit: int, ids: tuple[int, int] | None = None
+) -> list[tuple[int, int]]:
+    """``(id, payload bytes)`` of up to ``limit`` visible messages of a bucket, oldest first.
+
+    Reads the size column written at send time, not payloads; a message sent
+    before that column existed has its payload read instead (only those).
+    ``ids`` narrows the scan to the slice ``first <= id < end``.
+    """
+    params: tuple[Any, ...]
+    if ids is None:
+        cql, params = SCAN_SIZES, (buckets.queue_id, bucket, now, limit)
+    else:
+        cql, params = SCAN_SIZES_IN, (buckets.queue_id, bucket, ids[0], ids[1], now, limit)
+    rows = buckets.store.rows(cql, params, what="reading message sizes")
+    unknown = [row[0] for row in rows if row[1] is None]
+    read = {m.id: len(m.payload) for m, _ in buckets.read(bucket, unknown)} if unknown else {}
+    return [(row[0], read.get(row[0], 0) if row[1] is None else row[1]) for row in rows]

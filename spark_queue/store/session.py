@@ -138,7 +138,10 @@ class Store:
             "bucket_counts",
             "ownership",
         }
-        if metadata is not None and wanted <= set(metadata.tables):
+        tables = metadata.tables if metadata is not None else {}
+        # A messages table made before the size column (schema.cql) gets it added.
+        old_messages = "messages" in tables and "payload_bytes" not in tables["messages"].columns
+        if metadata is not None and wanted <= set(tables) and not old_messages:
             return
         if metadata is None:
             self.execute_ddl(
@@ -147,6 +150,10 @@ class Store:
             )
         for statement in schema_statements(self.keyspace):
             self.execute_ddl(statement)
+        if old_messages:
+            self.execute_ddl(
+                f"ALTER TABLE {self.keyspace}.messages ADD IF NOT EXISTS payload_bytes int"
+            )
 
     def execute_ddl(self, cql: str) -> None:
         """Run a schema statement and wait for schema agreement."""
