@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import random
+
+from spark_queue.bench.faults_pipeline import PHASES, PipelineFaultsResult
 from spark_queue.message import Delivery
 from spark_queue.queue import Queue
 
@@ -18,3 +22,29 @@ def drain_deliveries(queue: Queue, *, batch: int = 100, wait: float = 0.0) -> li
 def drain(queue: Queue, *, batch: int = 100, wait: float = 0.0) -> list[bytes]:
     """Receive and ack until the queue has nothing visible; return the payloads."""
     return [d.payload for d in drain_deliveries(queue, batch=batch, wait=wait)]
+
+
+def chosen_seed() -> int:
+    """``BDQ_TEST_SEED`` when set, else a fresh seed (a test prints it and names it on failure)."""
+    given = os.environ.get("BDQ_TEST_SEED", "").strip()
+    return int(given) if given else random.SystemRandom().randrange(2**31)
+
+
+def assert_killed_and_exactly_once(
+    result: PipelineFaultsResult, messages: int, kills: int, why: str
+) -> None:
+    """Every planned kill happened, in every phase; each source id arrived once, intact."""
+    killed = [k for k in result.kills if k.killed]
+    assert len(killed) == kills, why
+    assert {k.phase for k in killed} == set(PHASES), why
+    # some kills mid-batch, some between a commit and the next batch
+    assert any(k.landed.endswith("running") for k in killed), why
+    assert any(k.landed.endswith("next not planned") for k in killed), why
+    # one by one, so that a failure says which part of exactly-once broke
+    assert result.missing == 0, why
+    assert result.duplicates == 0, why
+    assert result.extra == 0, why
+    assert result.corrupt == 0, why
+    assert result.delivered == messages, why
+    assert result.source_left == 0, why
+    assert result.target_left == 0, why

@@ -14,7 +14,13 @@ from spark_queue.bench.faults_bench import (
     _measure,
     check_faults,
 )
-from spark_queue.bench.faults_pipeline import PHASES, Checkpoint, plan_kills, reached
+from spark_queue.bench.faults_pipeline import (
+    PHASES,
+    Checkpoint,
+    NodeFaults,
+    plan_kills,
+    reached,
+)
 from spark_queue.cli import main
 from spark_queue.errors import InvalidSetting
 
@@ -105,3 +111,44 @@ def test_a_level_is_measured_from_the_receivers_records(tmp_path: Path) -> None:
     assert result.out_of_order == pytest.approx(1 / 5)
     assert (result.recv_p50, result.send_p50) == (pytest.approx(16.25), pytest.approx(6.0))
     assert result.throughput == [4, 1, 0, 2]  # deliveries per second since 100.0
+
+
+def test_node_faults_take_every_node_in_turn_and_only_in_odd_runs() -> None:
+    class Nodes:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def kill(self, index: int) -> None:
+            self.calls.append(f"kill {index}")
+
+        def start(self, nodes: int, echo: object) -> None:
+            self.calls.append(f"start {nodes}")
+
+    nodes = Nodes()
+    faults = NodeFaults(nodes, 5, delay=(0.0, 0.0), down=0.0, echo=lambda line: None)  # type: ignore[arg-type]
+    for run in range(6):
+        faults(run)
+
+    # Then runs 1, 3, 5 each killed a different node and started all three again
+    assert [c for c in nodes.calls if c.startswith("start")] == ["start 3"] * 3
+    assert sorted(c for c in nodes.calls if c.startswith("kill")) == ["kill 1", "kill 2", "kill 3"]
+    assert [e.split(":")[0] for e in faults.events] == [
+        "run 1",
+        "run 1",
+        "run 3",
+        "run 3",
+        "run 5",
+        "run 5",
+    ]
+
+
+def test_the_node_fault_needs_the_pipeline_and_the_bench_s_own_nodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    result = CliRunner().invoke(main, ["bench", "faults", "--node-fault"])
+    assert result.exit_code == 1
+    assert "--node-fault: needs --pipeline and the bench's own three nodes" in result.output
+    monkeypatch.setenv("BDQ_CASSANDRA_HOSTS", "127.0.0.1")
+    result = CliRunner().invoke(main, ["bench", "faults", "--pipeline", "--node-fault"])
+    assert result.exit_code == 1
+    assert "(BDQ_CASSANDRA_HOSTS unset)" in result.output

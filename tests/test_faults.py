@@ -15,11 +15,12 @@ import pytest
 
 from spark_queue import BackendUnavailable, ConnectionSettings, QueueClient
 from spark_queue.bench.faults_bench import FaultsParams, run_faults_bench
+from spark_queue.bench.faults_pipeline import NodeFaults, run_pipeline_faults
 from spark_queue.bench.faults_report import write_report
 from spark_queue.config import HostPort
 from spark_queue.local import cql
 from spark_queue.local.node import LocalCluster
-from tests.helpers import drain
+from tests.helpers import assert_killed_and_exactly_once, chosen_seed, drain
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.multinode, pytest.mark.slow]
 
@@ -183,3 +184,33 @@ def test_bench_network_drops_cost_duplicates_never_a_message(
     assert level.drops > 0 and level.requests > level.drops
     assert (level.lost, level.corrupt) == (0, 0)
     assert level.sent > 0 and level.distinct == level.sent
+
+
+@pytest.mark.spark
+def test_pipeline_killed_at_random_while_nodes_die_delivers_each_message_exactly_once(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    # Given a relay of 20000 messages at LOCAL_QUORUM on the three nodes, killed at
+    # ten random points, and in every other run one node of three killed and restarted
+    settings = all_up(cluster, "faults_pipeline")
+    seed = chosen_seed()
+    print(f"random-kill pipeline with node kills: seed {seed} (BDQ_TEST_SEED={seed} repeats it)")
+    progress: list[str] = []
+
+    def echo(line: str) -> None:
+        progress.append(line)
+        print(line)
+
+    nodes = NodeFaults(cluster, seed, echo=echo)
+    result = run_pipeline_faults(
+        settings, tmp_path, messages=20_000, kills=10, seed=seed, disturb=nodes,
+        echo=echo,
+    )  # fmt: skip
+
+    # Then the nodes did die, each of the three, and every message arrived exactly once
+    why = f"seed {seed}, relay log {tmp_path / 'relay.log'}:\n" + "\n".join(progress)
+    killed = [e for e in nodes.events if " killed " in e]
+    assert len(killed) >= 5, why
+    assert {e.split()[3] for e in killed} == {"1", "2", "3"}, why
+    assert all(f"node {e.split()[3]} back" in " ".join(nodes.events) for e in killed), why
+    assert_killed_and_exactly_once(result, 20_000, 10, why)

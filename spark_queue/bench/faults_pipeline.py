@@ -39,6 +39,8 @@ from pathlib import Path
 
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
+from spark_queue.errors import LocalNodeError
+from spark_queue.local.node import LocalCluster
 from spark_queue.spark.options import connector_options
 
 PHASES = ("planning", "acking", "reading", "writing", "committing")
@@ -52,9 +54,12 @@ _SETTLE = {
     "committing": (0.0, 0.0),
 }
 
-#: Rows per micro-batch: small enough that ten kills leave work for the final drain.
-MAX_PER_TRIGGER = 1000
-TRIGGER_SECONDS = 1.5
+#: Rows per micro-batch. A run costs its start (JVM, query, Python workers: most of
+#: its time) and one batch per kill is replayed or planned, so 20000 messages in
+#: batches of 1500 leave ten kills mid-stream and a few batches to the final drain.
+MAX_PER_TRIGGER = 1500
+#: Short: the planning phase (committed, next not planned) lasts about this long.
+TRIGGER_SECONDS = 0.5
 #: No artificial slowness: each Python UDF stage is one more worker to start after a kill.
 ROW_DELAY_MS = 0
 #: Generous: on a 2-core host shared with other JVMs one run took up to 5 minutes.
@@ -260,7 +265,7 @@ def run_pipeline_faults(
     messages: int = 20_000,
     kills: int = 10,
     seed: int | None = None,
-    bucket_size: int = 500,
+    bucket_size: int = 750,
     disturb: Callable[[int], None] | None = None,
     echo: Callable[[str], None] = print,
 ) -> PipelineFaultsResult:
@@ -297,7 +302,7 @@ def run_pipeline_faults(
     early = 0
     for i, kill in enumerate(plan_kills(seed, kills)):
         while True:
-            helper = _in_thread(disturb, len(records)) if disturb else None
+            helper = _Disturbance(disturb, len(records)) if disturb else None
             try:
                 record = relay.run_until(kill)
             finally:
@@ -326,10 +331,92 @@ def run_pipeline_faults(
     return result
 
 
-def _in_thread(action: Callable[[int], None], run: int) -> threading.Thread:
-    thread = threading.Thread(target=action, args=(run,), name=f"disturb-{run}", daemon=True)
-    thread.start()
-    return thread
+class NodeFaults:
+    """A ``disturb`` hook: in every other relay run, one Cassandra node of three dies.
+
+    In runs 1, 3, 5, ... a node is SIGKILLed ``delay`` seconds after the run
+    starts (a seeded draw, so it lands during the JVM start, the replay or a
+    new batch) and started again ``down`` seconds later; the hook returns when
+    it answers CQL again, so the next run starts with three nodes. The nodes
+    are taken in seeded shuffled rounds of 1, 2, 3: never always the same one.
+
+    Args:
+        cluster: The local three-node cluster (replication factor 3, LOCAL_QUORUM).
+        seed: Seed of the node choices and delays.
+        delay: (low, high) seconds after a run starts before the kill.
+        down: Seconds the node stays down before its restart begins.
+        echo: Where a line per kill and restart goes.
+    """
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        seed: int,
+        *,
+        delay: tuple[float, float] = (2.0, 20.0),
+        down: float = 5.0,
+        echo: Callable[[str], None] = print,
+    ) -> None:
+        self.cluster = cluster
+        self.rng = random.Random(seed)
+        self.delay = delay
+        self.down = down
+        self.echo = echo
+        self._order: list[int] = []
+        self.events: list[str] = []
+
+    def _next_node(self) -> int:
+        if not self._order:
+            self._order = [1, 2, 3]
+            self.rng.shuffle(self._order)
+        return self._order.pop()
+
+    def __call__(self, run: int) -> None:
+        if run % 2 == 0:
+            return
+        node, wait = self._next_node(), self.rng.uniform(*self.delay)
+        time.sleep(wait)
+        self.cluster.kill(node)
+        self._say(f"run {run}: node {node} killed {wait:.1f}s after the run started")
+        time.sleep(self.down)
+        began = time.monotonic()
+        # On a loaded host the commit log replay can outlast one start's wait:
+        # the node keeps starting, so waiting again a few times is enough.
+        for attempt in range(1, 4):
+            try:
+                self.cluster.start(nodes=3, echo=lambda line: None)
+                break
+            except LocalNodeError:
+                if attempt == 3:
+                    raise
+        self._say(f"run {run}: node {node} back after {self.down + time.monotonic() - began:.0f}s")
+
+    def _say(self, line: str) -> None:
+        self.events.append(line)
+        self.echo(line)
+
+
+class _Disturbance:
+    """``disturb(run)`` on a thread; ``join`` re-raises what it raised, in the caller."""
+
+    def __init__(self, action: Callable[[int], None], run: int) -> None:
+        self.error: BaseException | None = None
+        self._action = action
+        self._thread = threading.Thread(
+            target=self._run, args=(run,), name=f"disturb-{run}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, run: int) -> None:
+        try:
+            self._action(run)
+        except BaseException as e:  # handed to the caller by join
+            self.error = e
+
+    def join(self) -> None:
+        self._thread.join()
+        if self.error is not None:
+            raise RuntimeError(f"disturb failed: {self.error}") from self.error
 
 
 def _check(

@@ -17,7 +17,32 @@ import time
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.types import BinaryType
+
+_BEGAN = time.monotonic()
+
+
+def _say(what: str) -> None:
+    """One line of the relay's log, with the seconds since the process started."""
+    print(f"[relay +{time.monotonic() - _BEGAN:.1f}s] {what}", flush=True)
+
+
+class _Progress(StreamingQueryListener):
+    """Logs each batch's rows and where its time went (a run's profile is in its log)."""
+
+    def onQueryStarted(self, event: object) -> None:
+        pass
+
+    def onQueryProgress(self, event: object) -> None:
+        progress = event.progress  # type: ignore[attr-defined]
+        _say(f"batch {progress.batchId}: {progress.numInputRows} rows, {dict(progress.durationMs)}")
+
+    def onQueryIdle(self, event: object) -> None:
+        pass
+
+    def onQueryTerminated(self, event: object) -> None:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,9 +71,15 @@ def main(argv: list[str] | None = None) -> int:
         .config("spark.sql.shuffle.partitions", "2")
         # Python workers get 15 s to connect back by default: too little on a busy host
         .config("spark.python.authenticate.socketTimeout", "120s")
+        # A relay run is short-lived and restarted after every kill: the client
+        # compiler alone (C1) and the serial collector start the JVM faster.
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    progress = _Progress()
+    spark.streams.addListener(progress)
+    _say("session ready")
     connection = {"hosts": args.hosts, "keyspace": args.keyspace}
     if args.consistency:
         connection["consistency"] = args.consistency
@@ -90,9 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         writer = writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
     for attempt in range(args.restarts + 1):
         query = writer.start()
-        print("relay started", flush=True)
+        _say("relay started")
         try:
             query.awaitTermination()
+            # else its callback of the query's end races the Python side's exit
+            spark.streams.removeListener(progress)
             return 0
         except StreamingQueryException as e:
             # e.g. a Python worker that did not connect back within Spark's 10 s on a

@@ -5,12 +5,15 @@ Without ``BDQ_CASSANDRA_HOSTS`` the command starts its own three local nodes on
 ends (``--keep-cluster`` leaves them running for the next run). With
 ``BDQ_CASSANDRA_HOSTS`` it uses that cluster as it is and skips the node fault,
 which needs nodes it can kill. The network fault's proxies listen on
-127.0.0.61 and the next addresses, on the nodes' CQL port.
+127.0.0.61 and the next addresses, on the nodes' CQL port. ``--pipeline`` runs
+the random-kill Spark relay instead (spark_queue.bench.faults_pipeline), and
+``--pipeline --node-fault`` kills a node of the bench's own three beside it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 import shlex
 import shutil
 import sys
@@ -27,10 +30,11 @@ from spark_queue.bench.faults_bench import (
     fresh_workdir,
     run_faults_bench,
 )
-from spark_queue.bench.faults_pipeline import run_pipeline_faults
+from spark_queue.bench.faults_pipeline import NodeFaults, run_pipeline_faults
 from spark_queue.bench.faults_report import HEADERS, level_row, write_report
 from spark_queue.cli.options import echo_json, echo_progress, json_option
 from spark_queue.config import ConnectionSettings, hosts_from_env
+from spark_queue.errors import InvalidSetting
 from spark_queue.local.node import LocalCluster, default_home
 
 ADDRESS = "127.0.0.51"
@@ -69,6 +73,12 @@ def _cluster(home: Path) -> LocalCluster:
     is_flag=True,
     help="Instead: a queue -> Spark -> queue relay SIGKILLed at random points (--kills).",
 )
+@click.option(
+    "--node-fault",
+    is_flag=True,
+    help="With --pipeline: in every other relay run a node of the three is SIGKILLed and"
+    " restarted (needs the bench's own nodes, not BDQ_CASSANDRA_HOSTS).",
+)
 @click.option("--messages", type=click.IntRange(1), default=20_000, show_default=True)
 @click.option("--kills", type=click.IntRange(0, 1000), default=10, show_default=True)
 @click.option("--seed", type=click.IntRange(0), default=None, help="[default: random]")
@@ -91,6 +101,7 @@ def faults(
     quick: bool,
     chosen: str,
     pipeline: bool,
+    node_fault: bool,
     seed: int | None,
     report_dir: Path | None,
     cluster_home: Path | None,
@@ -110,6 +121,11 @@ def faults(
     """
     names = check_faults([n.strip() for n in chosen.split(",") if n.strip()])
     external = bool(hosts_from_env())
+    if node_fault and (not pipeline or external):
+        raise InvalidSetting(
+            "--node-fault: needs --pipeline and the bench's own three nodes"
+            " (BDQ_CASSANDRA_HOSTS unset), so that it can kill and restart them"
+        )
     cluster = None if external else _cluster(cluster_home or default_home() / "faults")
     if cluster is not None:
         cluster.start(nodes=3, echo=echo_progress)
@@ -127,7 +143,12 @@ def faults(
     workdir = fresh_workdir()
     try:
         if pipeline:
-            _pipeline(settings, workdir, seed=seed, as_json=as_json, **options)
+            disturb = None
+            if node_fault:
+                assert cluster is not None  # checked above: no BDQ_CASSANDRA_HOSTS
+                seed = random.SystemRandom().randrange(2**31) if seed is None else seed
+                disturb = NodeFaults(cluster, seed, echo=echo_progress)
+            _pipeline(settings, workdir, seed=seed, as_json=as_json, disturb=disturb, **options)
             return
         params = FaultsParams.quick(seed) if quick else FaultsParams()
         if seed is not None:
@@ -181,11 +202,20 @@ def _pipeline(
     as_json: bool,
     messages: int,
     kills: int,
+    disturb: NodeFaults | None,
     **_: Any,
 ) -> None:
     result = run_pipeline_faults(
-        settings, workdir, messages=messages, kills=kills, seed=seed, echo=echo_progress
+        settings,
+        workdir,
+        messages=messages,
+        kills=kills,
+        seed=seed,
+        disturb=disturb,
+        echo=echo_progress,
     )
+    if disturb is not None:
+        result.events += disturb.events
     if as_json:
         echo_json(result.__dict__ | {"exactly_once": result.exactly_once})
     else:
@@ -194,6 +224,8 @@ def _pipeline(
             state = k.landed if k.killed else f"{k.landed} (ended by itself: {k.exit_code})"
             table.add_row(str(i), k.phase, f"{k.settle:.2f}s", state, f"{k.seconds:.1f}s")
         _console().print(table)
+        for event in result.events:
+            click.echo(event)
         click.echo(
             f"seed {result.seed}: {result.messages} sent, {result.delivered} delivered,"
             f" {result.duplicates} duplicates, {result.missing} missing, {result.corrupt}"

@@ -7,7 +7,9 @@ it plans it until the step is acked, renews that ownership with the leases
 (the renewal thread), and releases it after the ack or when the query stops.
 A bucket another query owns is left out of the plan. A driver that dies stops
 renewing, and its buckets are free again one ownership period later (the
-visibility timeout, so its messages and its buckets come back together).
+visibility timeout, so its messages and its buckets come back together); the
+owner is named after the query's stream id, so the same query restarted from
+its checkpoint owns them again at once.
 
 Each bucket is one key ``(bucket, 0)``: the whole bucket.
 
@@ -66,6 +68,15 @@ class BucketSharing:
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+    def name_after(self, stream: str) -> None:
+        """Own as the query of ``stream`` (its id, kept in Spark's checkpoint).
+
+        A query restarted after a crash then holds again the buckets its dead
+        driver took: else they stay refused for a whole ownership period, and an
+        ``availableNow`` run ends leaving their messages in the queue.
+        """
+        self.owner = f"spark-{stream}"
 
     @staticmethod
     def _ownership(queue: Queue) -> Ownership:

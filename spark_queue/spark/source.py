@@ -212,6 +212,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = Offset.from_dict(start)
+        self._sharing.name_after(begin.stream)
         key = json.dumps(start, sort_keys=True)
         if (
             self._idle_answer
@@ -335,6 +336,14 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return visible < least
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._sharing.name_after(Offset.from_dict(end).stream)
+        if self._acked_step is None and Offset.from_dict(start).step > 0:
+            # A restarted query replaying its last batch: Spark committed ``start``'s
+            # batch in the run before but calls ``commit`` for it only while planning
+            # the next batch, so a crash between ``offsets/N+1`` and the ack of N
+            # leaves N unacked; acking it here (idempotent) keeps its messages from
+            # coming back after their lease as duplicates.
+            self.commit(start)
         last = Offset.from_dict(end)
         if not last.buckets or last.step == Offset.from_dict(start).step:
             return []
