@@ -301,7 +301,6 @@ class _NodeChaos:
         return f"node {node} still not back after 3 starts ({failure})"
 
 
-
 class _LevelRunner:
     def __init__(
         self,
