@@ -62,7 +62,7 @@ from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Message, QueueStats, Receipt, new_lease
 from spark_queue.metrics import QueueCounters
 from spark_queue.producer import Producer
-from spark_queue.receiving import Receiver, as_datetime
+from spark_queue.receiving import Leased, Receiver, as_datetime
 from spark_queue.redrive import RedriveResult, redrive
 from spark_queue.sending import Headers, Keys, Payload, Sender
 from spark_queue.settings_change import read_settings
@@ -487,6 +487,42 @@ class Queue:
             consumer, step, part, buckets, None, max_messages, visibility_timeout, order_hint,
             fail_on_data_loss=fail_on_data_loss, reclaim=reclaim,
         )  # fmt: skip
+
+    def receive_step_leased(
+        self,
+        consumer: str,
+        step: int,
+        part: int,
+        max_messages: int,
+        *,
+        buckets: Sequence[int],
+        visibility_timeout: float | None = None,
+        order_hint: int | None = None,
+        fail_on_data_loss: bool = False,
+        reclaim: bool = False,
+    ) -> list[Leased]:
+        """``receive_step`` in named buckets, as messages with their leases (no receipts).
+
+        For a caller that hands out the messages' fields and acks the step as a
+        whole (the Spark source): it skips building a receipt per message.
+        Leased under the step part's own token, as ``receive_step`` does.
+
+        Raises:
+            DataLoss: With ``fail_on_data_loss``, a replay found messages gone.
+        """
+        count, timeout_ms, hint = self._receive_args(max_messages, visibility_timeout, order_hint)
+        token = step_lease(self.queue_id, consumer, step, part)
+
+        def lease() -> list[Leased]:
+            leased = self._receiving.lease_named(
+                buckets, count, timeout_ms, hint, token=token, reclaim=reclaim
+            )
+            self._counts.received.inc(len(leased))
+            return leased
+
+        return self._steps.receive_leased(
+            consumer, step, part, lease, fail_on_data_loss=fail_on_data_loss
+        )
 
     def receive_step_slice(
         self,

@@ -65,6 +65,9 @@ from spark_queue.message import Delivery, Receipt, new_lease
 from spark_queue.store.buckets import Buckets, Candidate, LeaseWrite, StoredMessage, now_ms
 from spark_queue.store.lane_scans import busy_lanes, lane_visible_at, scan_lane
 
+#: A message with the lease a receive wrote on it (its delivery, before any receipt).
+Leased = tuple[StoredMessage, LeaseWrite]
+
 #: Free lanes one receive may take while its own lanes come up short.
 LANE_TAKES = 4
 #: Idle (lane, bucket) notes kept before the stale ones are pruned.
@@ -332,6 +335,24 @@ class Receiver:
         token: int | None = None,
         reclaim: bool = False,
     ) -> list[Delivery]:
+        """``lease_named``'s messages as deliveries, each with its receipt."""
+        queue_id = self._buckets.queue_id
+        leased = self.lease_named(
+            buckets, count, timeout_ms, hint, ids=ids, token=token, reclaim=reclaim
+        )
+        return [delivery_of(queue_id, m, w) for m, w in leased]
+
+    def lease_named(
+        self,
+        buckets: Sequence[int],
+        count: int,
+        timeout_ms: int,
+        hint: int,
+        *,
+        ids: tuple[int, int] | None = None,
+        token: int | None = None,
+        reclaim: bool = False,
+    ) -> list[Leased]:
         """A receive in buckets the caller has to itself (a Spark partition): plain leases.
 
         Three round trips: the scan reads payloads at once (the caller takes
@@ -354,6 +375,10 @@ class Receiver:
                 ``token``: an earlier attempt of the same step part leased them
                 and died before recording them, so nobody else can see them
                 until their lease runs out.
+
+        Returns:
+            Each message won with the lease written, in id order, no receipt:
+            a caller that hands out rows (the Spark source) skips encoding one.
         """
         now = now_ms()
         token = token or new_lease()
@@ -373,21 +398,19 @@ class Receiver:
         found = [m for m in found if (m.bucket, m.id) not in taken]
         picked = pick_oldest(found, want, hint, self.claims.rng)
         fresh = [m for m in self._past_limit(picked, now) if m.expires_at > now]
-        writes = [replace(_lease(m, timeout_ms, now), lease=token) for m in fresh]
+        leased = [(m, replace(_lease(m, timeout_ms, now), lease=token)) for m in fresh]
         # Taken back: the dead attempt counted their delivery already.
-        writes += [
-            LeaseWrite(m.bucket, m.id, token, now + timeout_ms, m.delivery_count, m.expires_at)
+        leased += [
+            (m, LeaseWrite(m.bucket, m.id, token, now + timeout_ms, m.delivery_count, m.expires_at))
             for m in mine
         ]
-        live = fresh + mine
-        self._buckets.write_leases_shared(writes, now)
-        held = self._buckets.leases_of([(w.bucket, w.id) for w in writes])
-        deliveries = [
-            delivery_of(self._buckets.queue_id, m, w)
-            for m, w in zip(live, writes, strict=True)
-            if held.get((w.bucket, w.id)) == (w.lease, False)
-        ]
-        return sorted(deliveries, key=lambda d: d.id)
+        self._buckets.write_leases_shared([w for _, w in leased], now)
+        held = self._buckets.leases_of([(w.bucket, w.id) for _, w in leased])
+        won = (token, False)
+        return sorted(
+            ((m, w) for m, w in leased if held.get((w.bucket, w.id)) == won),
+            key=lambda mw: mw[1].id,
+        )
 
     def _held_by(
         self, buckets: Sequence[int], token: int, ids: tuple[int, int] | None
@@ -402,6 +425,11 @@ class Receiver:
 
     def _visible_in(self, buckets: Sequence[int], want: int, now: int) -> list[StoredMessage]:
         """Up to ``want`` visible messages (payloads too) of ``buckets``, in their order."""
+        if len(buckets) > 1 and not self._buckets.tracing:
+            # Several buckets (a Spark partition over a run of them): scanned at once,
+            # each up to a bucket's worth, rather than one round trip after another.
+            limit = min(want, self._buckets.bucket_size)
+            return self._buckets.scan_visible_many(buckets, now, limit)[:want]
         found: list[StoredMessage] = []
         for bucket in buckets:
             if len(found) >= want:

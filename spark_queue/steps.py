@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from spark_queue.errors import DataLoss
 from spark_queue.message import Delivery, Receipt
-from spark_queue.receiving import delivery_of
+from spark_queue.receiving import Leased, delivery_of
 from spark_queue.store.buckets import Buckets, LeaseCheck, LeaseWrite, now_ms
 from spark_queue.store.journal import Journal, JournalEntry
 from spark_queue.store.session import Store
@@ -25,6 +25,7 @@ from spark_queue.store.session import Store
 log = logging.getLogger(__name__)
 
 Receive = Callable[[], list[Delivery]]
+Lease = Callable[[], list[Leased]]
 
 
 def step_lease(queue_id: uuid.UUID, consumer: str, step: int, part: int) -> int:
@@ -76,16 +77,8 @@ class Steps:
         """
         recorded = self._journal.recorded(consumer, step, part)
         if recorded is not None:
-            deliveries = self._redeliver(recorded)
-            gone = len(recorded) - len(deliveries)
-            if gone and fail_on_data_loss:
-                raise DataLoss(
-                    f"queue {self._name!r}: step {step} (part {part}) of stream {consumer!r}"
-                    f" was replayed and {gone} of its {len(recorded)} message(s) are gone"
-                    " (expired by TTL, purged, or the queue was re-created); set option"
-                    " failOnDataLoss=false to log this and go on"
-                )
-            return deliveries
+            replayed = self._replay(consumer, step, part, recorded, fail_on_data_loss)
+            return [delivery_of(self.queue_id, m, w) for m, w in replayed]
         deliveries = receive()
         self._journal.record(
             consumer,
@@ -99,12 +92,65 @@ class Steps:
         )
         return deliveries
 
+    def receive_leased(
+        self,
+        consumer: str,
+        step: int,
+        part: int,
+        lease: Lease,
+        *,
+        fail_on_data_loss: bool = False,
+    ) -> list[Leased]:
+        """Like ``receive`` for a caller that needs no receipts: messages with their leases.
+
+        The journal is written from the leases themselves, so no receipt is
+        encoded and decoded per message (the Spark source hands out rows).
+
+        Raises:
+            DataLoss: As ``receive``.
+        """
+        recorded = self._journal.recorded(consumer, step, part)
+        if recorded is not None:
+            return self._replay(consumer, step, part, recorded, fail_on_data_loss)
+        leased = lease()
+        self._journal.record(
+            consumer,
+            step,
+            part,
+            [
+                JournalEntry(w.bucket, w.id, w.lease, w.expires_at, w.delivery_count)
+                for _, w in leased
+            ],
+        )
+        return leased
+
+    def _replay(
+        self,
+        consumer: str,
+        step: int,
+        part: int,
+        recorded: Sequence[JournalEntry],
+        fail_on_data_loss: bool,
+    ) -> list[Leased]:
+        replayed = self._redeliver(recorded)
+        gone = len(recorded) - len(replayed)
+        if gone and fail_on_data_loss:
+            raise DataLoss(
+                f"queue {self._name!r}: step {step} (part {part}) of stream {consumer!r}"
+                f" was replayed and {gone} of its {len(recorded)} message(s) are gone"
+                " (expired by TTL, purged, or the queue was re-created); set option"
+                " failOnDataLoss=false to log this and go on"
+            )
+        return replayed
+
     def ack(self, consumer: str, step: int) -> tuple[int, int]:
         """Ack everything a step received, then forget it; ``(acked, stale)``."""
         entries = self._journal.step_entries(consumer, step)
         if not entries:
             return 0, 0  # nothing recorded, or acked already: no tombstone to write
-        stale = self._buckets.ack(
+        # A step's leases were renewed while it was open, so nearly all still
+        # hold: a read and a plain write per bucket, no Paxos (Buckets.ack_leased).
+        stale = self._buckets.ack_leased(
             [LeaseCheck(e.bucket, e.id, e.lease, e.expires_at) for e in entries], now_ms()
         )
         self._journal.forget(consumer, step)
@@ -128,7 +174,7 @@ class Steps:
         )
         return len(entries) - len(lost), len(lost)
 
-    def _redeliver(self, entries: Sequence[JournalEntry]) -> list[Delivery]:
+    def _redeliver(self, entries: Sequence[JournalEntry]) -> list[Leased]:
         by_bucket: dict[int, list[int]] = {}
         by_lease = {(e.bucket, e.id): e.lease for e in entries}
         for e in entries:
@@ -141,7 +187,7 @@ class Steps:
             # (the step itself acks only after Spark committed it, never replays).
             if not (acked and m.lease == by_lease.get((m.bucket, m.id)))
         }
-        deliveries = []
+        replayed: list[Leased] = []
         for e in entries:
             m = stored.get((e.bucket, e.id))
             if m is None:
@@ -152,5 +198,5 @@ class Steps:
             write = LeaseWrite(
                 e.bucket, e.id, e.lease, m.visible_at, e.delivery_count, e.expires_at
             )
-            deliveries.append(delivery_of(self.queue_id, m, write))
-        return deliveries
+            replayed.append((m, write))
+        return replayed

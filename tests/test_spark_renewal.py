@@ -6,10 +6,12 @@ batch running three times as long shows what renewal changes.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +56,28 @@ def test_renewal_forgets_acked_steps_and_keeps_later_ones() -> None:
     finally:
         renewal.stop()
     assert renewed == [("a", 2), ("b", 2)]
+
+
+def test_renewal_goes_on_after_an_unexpected_error(caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[int] = []
+    second_round = threading.Event()
+
+    def renew(queue: str, step: int) -> tuple[int, int]:
+        calls.append(step)
+        if len(calls) == 1:
+            raise RuntimeError("not a SparkQueueError")
+        second_round.set()
+        return 1, 0
+
+    renewal = LeaseRenewal(renew, period=0.01, name="t")
+    try:
+        with caplog.at_level(logging.ERROR, logger="spark_queue.spark.renewal"):
+            renewal.track(1, ["a"])
+            assert second_round.wait(10), "the thread ended at the first unexpected error"
+    finally:
+        renewal.stop()
+    assert calls[:2] == [1, 1]
+    assert any("not a SparkQueueError" in (r.exc_text or "") for r in caplog.records)
 
 
 def test_a_batch_three_times_longer_than_the_lease_is_neither_redelivered_nor_lost(

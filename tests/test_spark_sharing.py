@@ -13,6 +13,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.spark.options import SourceOptions, connector_options
+from spark_queue.spark.sharing import BucketSharing
 from spark_queue.spark.source import BdqStreamReader
 
 pytestmark = [pytest.mark.cassandra]
@@ -38,3 +39,28 @@ def test_readers_plan_disjoint_buckets_and_free_them_when_acked_or_stopped(
         finally:
             first.stop()
             second.stop()
+
+
+def test_a_bucket_kept_between_steps_is_owned_without_another_round_trip(
+    keyspace: ConnectionSettings,
+) -> None:
+    with QueueClient(settings=keyspace) as client:
+        queue = client.create_queue("kept", bucket_size=10)
+        queue.send_batch([b"x"] * 15)
+        mine, other = BucketSharing("a"), BucketSharing("b")
+
+        assert mine.take(queue, [0, 1], 60) == {0, 1}
+        mine.hold(1, [("kept", 0), ("kept", 1)])
+        assert mine.take(queue, [0, 1], 60) == {0, 1}  # the next step plans them again
+        assert mine.takes == 1
+        assert other.take(queue, [0, 1], 60) == set()
+
+        # a renewal answering after the release must not make the bucket ours again
+        grant_until = time.monotonic() + 60
+        mine.done(1, client.queue)
+        mine._note("kept", [0, 1], {0, 1}, grant_until, renewal=True)
+        assert other.take(queue, [0, 1], 60) == {0, 1}
+        assert mine.take(queue, [0, 1], 60) == set()  # asked Cassandra again, and refused
+        assert mine.takes == 2
+        other.release_all(client.queue)
+        mine.release_all(client.queue)

@@ -72,6 +72,31 @@ def test_ack_step_counts_messages_redelivered_elsewhere_as_stale(client: QueueCl
     queue.ack(other.receipt)
 
 
+def test_a_leased_step_replays_the_same_leases_and_acks_what_it_still_holds(
+    client: QueueClient,
+) -> None:
+    queue = client.create_queue("leased-steps", bucket_size=4, visibility_timeout=0.5)
+    queue.send_batch([str(i).encode() for i in range(8)])
+
+    first = queue.receive_step_leased("q", 1, 0, 3, buckets=[0])
+    replay = queue.receive_step_leased("q", 1, 0, 3, buckets=[0])
+    queue.receive_step_leased("q", 1, 1, 4, buckets=[1], visibility_timeout=60)
+
+    assert [m.payload for m, _ in first] == [b"0", b"1", b"2"]
+    assert [(m.id, w.lease, w.delivery_count) for m, w in replay] == [
+        (m.id, w.lease, w.delivery_count) for m, w in first
+    ]
+    time.sleep(0.6)  # part 0's leases ran out (no driver renews them here)
+    taken = queue.receive(1, buckets=[0])  # another consumer took the oldest of them
+    assert [d.payload for d in taken] == [b"0"]
+
+    # the other consumer's delivery is not acked by the step, the rest are
+    assert queue.ack_step("q", 1) == (6, 1)
+    assert queue.stats(exact=True).total == 2  # message 0 (held elsewhere) and 3 (never read)
+    queue.ack(taken[0].receipt)
+    assert payloads_of(queue) == [b"3"]
+
+
 def test_send_once_twice_sends_once(client: QueueClient) -> None:
     queue = client.create_queue("once")
 

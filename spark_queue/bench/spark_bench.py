@@ -102,7 +102,9 @@ class SparkBenchParams:
         partitions: Partitions of the sink phase's DataFrame (tasks that write at once).
         latency_messages: Messages sent during the latency phase.
         latency_rate: Messages per second sent during the latency phase.
-        trigger_interval: Processing-time trigger of the latency query, in seconds.
+        trigger_interval: Processing-time trigger of the latency query, in seconds
+            (0: a batch starts as soon as the last one ended and a message is visible;
+            an idle source answers Spark's polls from memory for 0.1 s).
         visibility_timeout: Lease of a micro-batch's messages, in seconds.
         bucket_size: Ids per bucket of the run's queues.
         master: Spark master of the session the run creates.
@@ -132,7 +134,7 @@ class SparkBenchParams:
         check_int("partitions", self.partitions, 1, 10_000)
         check_int("latency_messages", self.latency_messages, 1, 1_000_000)
         check_seconds("latency_rate", self.latency_rate)
-        check_seconds("trigger_interval", self.trigger_interval)
+        check_seconds("trigger_interval", self.trigger_interval, allow_zero=True)
         check_seconds("visibility_timeout", self.visibility_timeout)
         check_int("bucket_size", self.bucket_size, 1, 100_000)
         check_int("seed", self.seed, 0, 2**63 - 1)
@@ -486,9 +488,10 @@ def _run(
             # Small buckets: the warm-up's stream runs several tasks at once, so every
             # Python worker the timed phases use is started (each pays ~3 s of imports).
             scratch = run.create_queue("warmup", bucket_size=WARMUP_BUCKET_SIZE)
+            twin = run.create_queue("warmup-b", bucket_size=WARMUP_BUCKET_SIZE)
             scratch_out = run.create_queue("warmup-out")
-            queues += [scratch.name, scratch_out.name]
-            warmup = _warm_up(run, rows, scratch, scratch_out)
+            queues += [scratch.name, twin.name, scratch_out.name]
+            warmup = _warm_up(run, rows, (scratch, twin), scratch_out)
             sink_queue = run.create_queue("sink")
             queues.append(sink_queue.name)
             sink = _sink_phase(run, rows, sink_queue)
@@ -554,18 +557,22 @@ def _write(run: _Run, rows: DataFrame, queue: Queue) -> float:
     return time.perf_counter() - began
 
 
-def _warm_up(run: _Run, rows: DataFrame, queue: Queue, out: Queue) -> WarmUp:
+def _warm_up(run: _Run, rows: DataFrame, inputs: tuple[Queue, Queue], out: Queue) -> WarmUp:
     """Use the batch sink, the source and the streaming sink once, untimed, on a few messages.
 
     The drain goes through the streaming sink with a writer id, like the pipeline
     phase: a warm-up into the noop sink left the pipeline paying the streaming
-    writer's first use (about 2 s).
+    writer's first use (about 2 s). It reads two queues, because the source groups
+    one queue's buckets into partitions of thousands of messages and never two
+    queues' buckets: two tasks at once, so both Python workers start here.
     """
-    run.progress(f"warm-up: writing and moving {WARMUP_ROWS} messages")
-    write = _write(run, rows.limit(WARMUP_ROWS).repartition(run.params.partitions), queue)
-    expected = min(WARMUP_ROWS, run.params.messages)
-    frame = _read_stream(run, queue).select("payload", "headers")
-    drain = _drain(run, "warmup", frame, queue, expected=expected, output=out)
+    run.progress(f"warm-up: writing and moving {2 * WARMUP_ROWS} messages")
+    few = rows.limit(WARMUP_ROWS).repartition(run.params.partitions)
+    write = sum(_write(run, few, queue) for queue in inputs)
+    expected = 2 * min(WARMUP_ROWS, run.params.messages)
+    names = ",".join(queue.name for queue in inputs)
+    frame = _read_stream(run, inputs[0], names=names).select("payload", "headers")
+    drain = _drain(run, "warmup", frame, inputs[0], expected=expected, output=out)
     return WarmUp(write_seconds=write, drain_seconds=drain.seconds)
 
 
@@ -680,11 +687,12 @@ def _drain(
     )
 
 
-def _read_stream(run: _Run, queue: Queue, **extra: str) -> DataFrame:
+def _read_stream(run: _Run, queue: Queue, names: str | None = None, **extra: str) -> DataFrame:
+    """A ``bdq`` stream of ``queue`` (or of the comma list ``names``)."""
     return (
         run.spark.readStream.format("bdq")
         .options(**run.options)
-        .option("queue", queue.name)
+        .option("queue", names or queue.name)
         .option("visibilityTimeout", f"{run.params.visibility_timeout:g}s")
         .options(**extra)
         .load()

@@ -260,10 +260,11 @@ def queue(settings: ConnectionSettings, as_json: bool, sweep_k: bool, **options:
 )
 @click.option(
     "--trigger-interval",
-    type=click.FloatRange(0, min_open=True),
+    type=click.FloatRange(0),
     default=0.25,
     show_default=True,
-    help="Seconds between triggers of the latency query.",
+    help="Seconds between triggers of the latency query (0: each batch starts as soon as"
+    " the last one ended and a message is visible).",
 )
 @click.option(
     "--visibility-timeout",

@@ -44,6 +44,8 @@ class Offset:
     queues: tuple[str, ...] = ()
     incarnations: tuple[tuple[str, str], ...] = ()
     slices: tuple[Slice | None, ...] = ()
+    #: The input partition of each bucket (``source.group_buckets``); empty: one per bucket.
+    partition_of: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         value: dict[str, Any] = {
@@ -58,6 +60,8 @@ class Offset:
             value["incarnations"] = dict(self.incarnations)
         if any(s is not None for s in self.slices):
             value["slices"] = [None if s is None else list(s) for s in self.slices]
+        if self.partition_of:
+            value["partitions"] = list(self.partition_of)
         return value
 
     @property
@@ -99,6 +103,7 @@ class Offset:
                 tuple(
                     None if s is None else (int(s[0]), int(s[1])) for s in value.get("slices", ())
                 ),
+                tuple(int(p) for p in value.get("partitions", ())),
             )
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
             offset = None
@@ -110,6 +115,8 @@ class Offset:
             or len(offset.shares) != len(offset.buckets)
             or len(offset.queues) not in (0, len(offset.buckets))
             or len(offset.slices) not in (0, len(offset.buckets))
+            or len(offset.partition_of) not in (0, len(offset.buckets))
+            or any(p < 0 for p in offset.partition_of)
         ):
             raise InvalidSetting(
                 f"offset {json.dumps(value)}: not a bdq offset"

@@ -105,6 +105,12 @@ class LeaseRenewal:
                     # so one failed round costs nothing.
                     log.warning("bdq source: renewing step %d on %r failed: %s", step, queue, e)
                     continue
+                except Exception:
+                    # Anything else (a driver bug, a closed session) must not end the
+                    # thread: every lease of the query would then lapse one timeout
+                    # later. Log it with its traceback and go on with the next step.
+                    log.exception("bdq source: renewing step %d on %r failed", step, queue)
+                    continue
                 if lost:
                     # Acked between reading the journal and renewing (a commit
                     # raced us), or ran out before: the commit reports the latter.

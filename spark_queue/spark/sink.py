@@ -48,7 +48,7 @@ from pyspark.sql.types import (
 from spark_queue.errors import InvalidSetting
 from spark_queue.queue import Queue
 from spark_queue.spark.options import SinkOptions
-from spark_queue.spark.source import shared_client
+from spark_queue.spark.reading import open_queue
 
 log = logging.getLogger(__name__)
 
@@ -122,14 +122,13 @@ def write_batches(
         writer = options.writer_id if query_id is None else f"{options.writer_id}@{query_id}"
     context = TaskContext.get()
     part = context.partitionId() if context else 0
-    client = shared_client(options.connection)
     queues: dict[str, Queue] = {}
     pending: dict[str, _Rows] = {}
     chunks: dict[str, int] = defaultdict(int)
     sent = SinkCommit(part)
 
     def flush(name: str, rows: _Rows) -> None:
-        queue = queues.get(name) or queues.setdefault(name, client.queue(name))
+        queue = queues.get(name) or queues.setdefault(name, open_queue(options.connection, name))
         delays: float | list[float] = rows.delays if rows.delays is not None else 0.0
         if writer is None:
             queue.send_batch(rows.payloads, headers=rows.headers, delay=delays)

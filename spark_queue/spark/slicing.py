@@ -30,7 +30,7 @@ from spark_queue.spark.planning import Part
 from spark_queue.store.buckets import now_ms
 
 if TYPE_CHECKING:
-    from spark_queue.spark.source import BucketPartition
+    from spark_queue.spark.reading import BucketPartition
 
 #: Visible ids of a part, oldest first, at most its share.
 VisibleIds = Callable[[Part], Sequence[int]]

@@ -25,17 +25,14 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import re
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -54,16 +51,20 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_queue.client import QueueClient
-from spark_queue.config import ConnectionSettings
 from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import QueueNotFound, SparkQueueError
-from spark_queue.message import Message
 from spark_queue.queue import Queue
 from spark_queue.spark import admission, planning, slicing
 from spark_queue.spark.incarnations import Incarnations, check_part
 from spark_queue.spark.offsets import Offset, incarnations_of
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
+from spark_queue.spark.reading import (
+    BucketPartition,
+    open_queue,
+    read_partition,
+    read_slice,
+    shared_client,
+)
 from spark_queue.spark.renewal import LeaseRenewal, renewal_period
 from spark_queue.spark.sharing import BucketSharing, ownership_period
 from spark_queue.store.buckets import now_ms
@@ -82,19 +83,9 @@ SCHEMA = StructType(
         StructField("delivery_count", IntegerType()),
     ]
 )
-ARROW_SCHEMA = pa.schema(
-    [
-        ("queue", pa.string()),
-        ("id", pa.int64()),
-        ("bucket", pa.int64()),
-        ("payload", pa.binary()),
-        ("headers", pa.map_(pa.string(), pa.string())),
-        ("enqueued_at", pa.timestamp("us", tz="UTC")),
-        ("delivery_count", pa.int32()),
-    ]
-)
-
-#: Most input partitions (buckets) one micro-batch reads.
+#: Messages one input partition reads at most when it groups several buckets.
+PARTITION_MESSAGES = 5000
+#: Most buckets one micro-batch reads.
 MAX_PARTITIONS = 64
 #: Seconds an "all quiet" answer of latestOffset is reused (Spark polls every ~10 ms).
 IDLE_POLL = 0.1
@@ -106,115 +97,28 @@ OWNERSHIP_ROUNDS = 3
 PATTERN_REFRESH = 5.0
 
 
-@dataclass(frozen=True)
-class BucketPartition(InputPartition):
-    """What one task needs to read its share: everything travels in here (no driver state)."""
+def group_buckets(parts: Sequence[tuple[str, int]]) -> tuple[int, ...]:
+    """The input partition of each planned ``(queue, share)``: fewer, larger tasks.
 
-    options: SourceOptions
-    buckets: tuple[int, ...]
-    max_messages: int
-    stream: str = ""
-    step: int = 0
-    part: int = 0
-    peek: bool = False
-    #: ``queue_id`` (hex) of the queue incarnation the step was planned from ("" unknown).
-    incarnation: str = ""
-    #: The id slice ``(first, end)`` of the bucket this part reads; None for all of it.
-    ids: tuple[int, int] | None = None
-    #: The step was planned by an earlier run of the query (a replay after a restart).
-    replay: bool = False
-    value: Any = field(default=None, repr=False)  # InputPartition's own attribute
-
-
-# -- executor side ------------------------------------------------------------------
-
-_clients: dict[tuple[int, ConnectionSettings], QueueClient] = {}
-_clients_lock = threading.Lock()
-
-
-def shared_client(settings: ConnectionSettings) -> QueueClient:
-    """One client per Python worker process and settings, made after the fork."""
-    key = (os.getpid(), settings)
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = _clients[key] = QueueClient(store=Store.shared(settings))
-        return client
-
-
-def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
-    """Receive (or peek) one partition's messages as one Arrow batch."""
-    options = partition.options
-    queue = shared_client(options.connection).queue(options.queue)
-    if partition.peek:
-        yield from _peek_pages(queue, partition)
-        return
-    messages = queue.receive_step(
-        partition.stream,
-        partition.step,
-        partition.part,
-        partition.max_messages,
-        visibility_timeout=options.visibility_timeout,
-        order_hint=options.order_hint,
-        buckets=partition.buckets,
-        fail_on_data_loss=options.fail_on_data_loss,
-        reclaim=may_reclaim(partition),
-    )
-    if messages:
-        yield to_record_batch(queue.name, messages)
-
-
-def may_reclaim(partition: BucketPartition) -> bool:
-    """Whether an earlier attempt of this part may have leased messages it never recorded.
-
-    A replayed step (the query restarted) or a retried task (its first attempt
-    died): the receive then first takes back what holds the part's lease token.
+    Spark's cost per task (scheduling, a Python worker round, the Arrow hand-over)
+    was about twice a 1000-message bucket's own read, so buckets of one queue
+    share a partition up to ``PARTITION_MESSAGES`` messages (and one receive's
+    MAX_BATCH). A bucket larger than that keeps a partition of its own.
     """
-    context = TaskContext.get()
-    return partition.replay or (context is not None and context.attemptNumber() > 0)
-
-
-def read_slice(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
-    """Receive one id slice of a bucket (``minPartitions``; see spark.slicing)."""
-    queue = shared_client(partition.options.connection).queue(partition.options.queue)
-    messages = slicing.receive_slice(queue, partition, reclaim=may_reclaim(partition))
-    if messages:
-        yield to_record_batch(queue.name, messages)
-
-
-def _peek_pages(queue: Queue, partition: BucketPartition) -> Iterator[pa.RecordBatch]:
-    """Every visible message of the partition's buckets, a page (one receive's limit) at a time.
-
-    A bucket may hold more messages than one peek returns (MAX_BATCH), so a
-    batch read pages through it by id instead of asking for a whole bucket.
-    """
-    remaining, after = partition.max_messages, None
-    while remaining > 0:
-        page = queue.peek(min(remaining, MAX_BATCH), buckets=partition.buckets, after=after)
-        if page:
-            yield to_record_batch(queue.name, page)
-        if len(page) < min(remaining, MAX_BATCH):
-            return
-        remaining -= len(page)
-        after = page[-1].id
-
-
-def to_record_batch(queue: str, messages: Sequence[Message]) -> pa.RecordBatch:
-    """Messages as an Arrow batch of exactly the source schema."""
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([queue] * len(messages), pa.string()),
-            pa.array([m.id for m in messages], pa.int64()),
-            pa.array([m.bucket for m in messages], pa.int64()),
-            pa.array([m.payload for m in messages], pa.binary()),
-            pa.array(
-                [list(m.headers.items()) for m in messages], pa.map_(pa.string(), pa.string())
-            ),
-            pa.array([m.enqueued_at for m in messages], pa.timestamp("us", tz="UTC")),
-            pa.array([m.delivery_count for m in messages], pa.int32()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    most = min(PARTITION_MESSAGES, MAX_BATCH)
+    partition_of: list[int] = []
+    open_group: dict[str, tuple[int, int]] = {}  # queue -> (partition, messages in it)
+    count = 0
+    for queue, share in parts:
+        current = open_group.get(queue)
+        if current is not None and current[1] + share <= most:
+            partition_of.append(current[0])
+            open_group[queue] = (current[0], current[1] + share)
+        else:
+            partition_of.append(count)
+            open_group[queue] = (count, share)
+            count += 1
+    return tuple(partition_of)
 
 
 def shares(limit: int, buckets: int, bucket_size: int) -> list[int]:
@@ -269,7 +173,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return state
 
     def _queue(self, name: str | None = None) -> Queue:
-        return shared_client(self.options.connection).queue(name or self.options.queue)
+        return open_queue(self.options.connection, name or self.options.queue)
 
     def queue_names(self) -> tuple[str, ...]:
         """The queues this source reads now: the ``queue`` list, or the pattern's matches.
@@ -344,6 +248,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if plan:
             sliced = slicing.split_plan(plan, self.options.min_partitions, self._queue)
             plan = [p for p, _ in sliced]
+            slices = tuple(s for _, s in sliced) if any(s for _, s in sliced) else ()
             end = Offset(
                 begin.stream,
                 begin.step + 1,
@@ -351,7 +256,8 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 tuple(p.share for p in plan),
                 tuple(p.queue for p in plan),
                 incarnations,
-                tuple(s for _, s in sliced) if any(s for _, s in sliced) else (),
+                slices,
+                () if slices else group_buckets([(p.queue, p.share) for p in plan]),
             )
             self._planned_step = end.step
             self._last_batch = time.monotonic()
@@ -444,21 +350,27 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         self._track(last)  # a replay after a restart is planned here, not in latestOffset
         planned = last.incarnation
+        # The grouping is read from the offset, never computed again: a replay
+        # (and its journal, keyed by partition) splits the step as the first run
+        # did. Offsets without one (older, or sliced by minPartitions): one part each.
+        partition_of = last.partition_of or tuple(range(len(parts)))
+        grouped: dict[int, list[tuple[tuple[str, int, int], tuple[int, int] | None]]] = {}
+        for index, part, ids in zip(partition_of, parts, last.part_slices(), strict=True):
+            grouped.setdefault(index, []).append((part, ids))
         return [
             BucketPartition(
                 dataclasses.replace(self.options, queue=name),
-                (bucket,),
-                share,
+                tuple(bucket for (_, bucket, _), _ in members),
+                sum(share for (_, _, share), _ in members),
                 last.stream,
                 last.step,
                 index,
                 incarnation=planned.get(name, ""),
-                ids=ids,
+                ids=members[0][1] if len(members) == 1 else None,
                 replay=replayed,
             )
-            for index, ((name, bucket, share), ids) in enumerate(
-                zip(parts, last.part_slices(), strict=True)
-            )
+            for index, members in sorted(grouped.items())
+            for name in [members[0][0][0]]
             if name not in gone  # re-created, failOnDataLoss=false: its parts are skipped
         ]
 

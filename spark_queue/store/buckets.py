@@ -649,6 +649,63 @@ class Buckets:
         ]
         self.store.execute_many(statements, what="leasing received messages")
 
+    # -- step acks (the Spark source's commit) -------------------------------------------
+
+    def ack_leased(self, checks: Sequence[LeaseCheck], now: int) -> set[tuple[int, int]]:
+        """Ack the messages still under the given leases, without Paxos; return the stale ones.
+
+        For leases a committed Spark step holds (renewed by its driver while
+        the step was open): one read of the leases per bucket, then one plain
+        ``UPDATE ... SET acked = true WHERE id IN`` per bucket and TTL for the
+        messages whose lease is still the recorded one and not acked. The others
+        are stale: their lease ran out and another consumer received them (a
+        duplicate), or they were acked already. Marking a processed message acked
+        never loses it, so a plain write suffices where ``ack`` pays a Paxos round
+        per bucket; the only race (a lease running out between the read and the
+        write) acks a message this step did process and counts it as not stale.
+        """
+        held = self.leases_of([(c.bucket, c.id) for c in checks])
+        groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+        stale: set[tuple[int, int]] = set()
+        for c in checks:
+            if held.get((c.bucket, c.id)) == (c.lease, False):
+                groups[(c.bucket, ttl_left(c.expires_at, now))].append(c.id)
+            else:
+                stale.add((c.bucket, c.id))
+        self.store.execute_many(
+            [
+                (ACK_IN, (ttl, self.queue_id, bucket, ids[i : i + BATCH_ROWS]))
+                for (bucket, ttl), ids in groups.items()
+                for i in range(0, len(ids), BATCH_ROWS)
+            ],
+            what="acking messages",
+        )
+        return stale
+
+    def scan_visible_many(
+        self, buckets: Sequence[int], now: int, limit: int
+    ) -> list[StoredMessage]:
+        """``scan_visible`` of several buckets at once (concurrently), in bucket then id order.
+
+        Up to ``limit`` messages of each bucket: a task reading several buckets
+        waits for one round trip instead of one per bucket.
+        """
+        results = self.store.execute_many(
+            [(SCAN_VISIBLE, (self.queue_id, b, now, limit)) for b in buckets],
+            what="receiving messages",
+        )
+        return [
+            m
+            for bucket, result in zip(buckets, results, strict=True)
+            for row in result
+            if (m := _stored(row, bucket)) is not None
+        ]
+
+    @property
+    def tracing(self) -> bool:
+        """True inside ``traced_scans``: scans go one at a time, each traced."""
+        return self._traces is not None
+
 
 LEASES_IN = (
     "SELECT id, lease, acked FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
@@ -661,6 +718,11 @@ LEASE_IN = (
     " WHERE queue_id = ? AND bucket = ? AND id IN ?"
 )
 
+
+ACK_IN = (
+    "UPDATE {ks}.messages USING TTL ? SET acked = true"
+    " WHERE queue_id = ? AND bucket = ? AND id IN ?"
+)
 
 SCAN_SIZES = (
     "SELECT id, payload_bytes FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"

@@ -1,0 +1,218 @@
+"""The source's executor side: a partition's receive, its rows as Arrow, shared handles.
+
+A task of the streaming source receives its partition's share of a step
+(``Queue.receive_step_leased``: leases and the journal, see ``steps.py``) and
+returns the messages as one Arrow batch built a column at a time; a batch read
+(``spark.read``) peeks instead. Each Python worker process keeps one client per
+connection settings and reuses its queue handles for ``QUEUE_REFRESH`` seconds,
+so a task costs no connection set-up and no read of the queue's row.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
+from pyspark.sql.datasource import InputPartition
+
+from spark_queue.client import QueueClient
+from spark_queue.config import ConnectionSettings
+from spark_queue.defaults import MAX_BATCH
+from spark_queue.message import Message
+from spark_queue.queue import Queue
+from spark_queue.receiving import Leased
+from spark_queue.spark import slicing
+from spark_queue.spark.options import SourceOptions
+from spark_queue.store.session import Store
+
+ARROW_SCHEMA = pa.schema(
+    [
+        ("queue", pa.string()),
+        ("id", pa.int64()),
+        ("bucket", pa.int64()),
+        ("payload", pa.binary()),
+        ("headers", pa.map_(pa.string(), pa.string())),
+        ("enqueued_at", pa.timestamp("us", tz="UTC")),
+        ("delivery_count", pa.int32()),
+    ]
+)
+
+#: Seconds a process reuses a queue handle before it reads the queue's row again.
+QUEUE_REFRESH = 2.0
+
+
+@dataclass(frozen=True)
+class BucketPartition(InputPartition):
+    """What one task needs to read its share: everything travels in here (no driver state)."""
+
+    options: SourceOptions
+    buckets: tuple[int, ...]
+    max_messages: int
+    stream: str = ""
+    step: int = 0
+    part: int = 0
+    peek: bool = False
+    #: ``queue_id`` (hex) of the queue incarnation the step was planned from ("" unknown).
+    incarnation: str = ""
+    #: The id slice ``(first, end)`` of the bucket this part reads; None for all of it.
+    ids: tuple[int, int] | None = None
+    #: The step was planned by an earlier run of the query (a replay after a restart).
+    replay: bool = False
+    value: Any = field(default=None, repr=False)  # InputPartition's own attribute
+
+
+_clients: dict[tuple[int, ConnectionSettings], QueueClient] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client(settings: ConnectionSettings) -> QueueClient:
+    """One client per Python worker process and settings, made after the fork."""
+    key = (os.getpid(), settings)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = QueueClient(store=Store.shared(settings))
+        return client
+
+
+_handles: dict[tuple[int, ConnectionSettings, str], tuple[Queue, float]] = {}
+
+
+def open_queue(settings: ConnectionSettings, name: str) -> Queue:
+    """The process's handle on queue ``name``, looked up again after ``QUEUE_REFRESH`` s.
+
+    Every task and every planning step opens its queues: reading the queue's
+    row each time cost a round trip per task. A queue deleted and re-created
+    is seen within ``QUEUE_REFRESH`` seconds (a handle re-reads its settings
+    as often, see ``Queue.settings``).
+
+    Raises:
+        QueueNotFound: No queue of that name (checked at each look-up).
+    """
+    key = (os.getpid(), settings, name)
+    now = time.monotonic()
+    with _clients_lock:
+        found = _handles.get(key)
+    if found is not None and now < found[1]:
+        return found[0]
+    queue = shared_client(settings).queue(name)
+    with _clients_lock:
+        _handles[key] = (queue, now + QUEUE_REFRESH)
+    return queue
+
+
+def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
+    """Receive (or peek) one partition's messages as one Arrow batch."""
+    options = partition.options
+    queue = open_queue(options.connection, options.queue)
+    if partition.peek:
+        yield from _peek_pages(queue, partition)
+        return
+    leased = queue.receive_step_leased(
+        partition.stream,
+        partition.step,
+        partition.part,
+        partition.max_messages,
+        visibility_timeout=options.visibility_timeout,
+        order_hint=options.order_hint,
+        buckets=partition.buckets,
+        fail_on_data_loss=options.fail_on_data_loss,
+        reclaim=may_reclaim(partition),
+    )
+    if leased:
+        yield leased_record_batch(queue.name, leased)
+
+
+def read_slice(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
+    """Receive one id slice of a bucket (``minPartitions``; see spark.slicing)."""
+    queue = open_queue(partition.options.connection, partition.options.queue)
+    messages = slicing.receive_slice(queue, partition, reclaim=may_reclaim(partition))
+    if messages:
+        yield to_record_batch(queue.name, messages)
+
+
+def may_reclaim(partition: BucketPartition) -> bool:
+    """Whether an earlier attempt of this part may have leased messages it never recorded.
+
+    A replayed step (the query restarted) or a retried task (its first attempt
+    died): the receive then first takes back what holds the part's lease token.
+    """
+    context = TaskContext.get()
+    return partition.replay or (context is not None and context.attemptNumber() > 0)
+
+
+def _peek_pages(queue: Queue, partition: BucketPartition) -> Iterator[pa.RecordBatch]:
+    """Every visible message of the partition's buckets, a page (one receive's limit) at a time.
+
+    A bucket may hold more messages than one peek returns (MAX_BATCH), so a
+    batch read pages through it by id instead of asking for a whole bucket.
+    """
+    remaining, after = partition.max_messages, None
+    while remaining > 0:
+        page = queue.peek(min(remaining, MAX_BATCH), buckets=partition.buckets, after=after)
+        if page:
+            yield to_record_batch(queue.name, page)
+        if len(page) < min(remaining, MAX_BATCH):
+            return
+        remaining -= len(page)
+        after = page[-1].id
+
+
+def to_record_batch(queue: str, messages: Sequence[Message]) -> pa.RecordBatch:
+    """Messages as an Arrow batch of exactly the source schema."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([queue] * len(messages), pa.string()),
+            pa.array([m.id for m in messages], pa.int64()),
+            pa.array([m.bucket for m in messages], pa.int64()),
+            pa.array([m.payload for m in messages], pa.binary()),
+            pa.array(
+                [list(m.headers.items()) for m in messages], pa.map_(pa.string(), pa.string())
+            ),
+            pa.array([m.enqueued_at for m in messages], pa.timestamp("us", tz="UTC")),
+            pa.array([m.delivery_count for m in messages], pa.int32()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def leased_record_batch(queue: str, leased: Sequence[Leased]) -> pa.RecordBatch:
+    """Leased messages as an Arrow batch of the source schema, a column at a time.
+
+    Stored times are integer milliseconds, so ``enqueued_at`` is one vectorised
+    multiply instead of a datetime per row; headers (usually empty) become a
+    map column from flat keys, values and offsets.
+    """
+    rows = len(leased)
+    offsets: list[int] = [0]
+    keys: list[str] = []
+    values: list[str] = []
+    for m, _ in leased:
+        if m.headers:
+            keys.extend(m.headers.keys())
+            values.extend(m.headers.values())
+        offsets.append(len(keys))
+    enqueued_ms = pa.array([m.enqueued_at for m, _ in leased], pa.int64())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(queue, rows) if rows else pa.array([], pa.string()),
+            pa.array([m.id for m, _ in leased], pa.int64()),
+            pa.array([m.bucket for m, _ in leased], pa.int64()),
+            pa.array([m.payload for m, _ in leased], pa.binary()),
+            pa.MapArray.from_arrays(
+                pa.array(offsets, pa.int32()),
+                pa.array(keys, pa.string()),
+                pa.array(values, pa.string()),
+            ),
+            pc.multiply(enqueued_ms, 1000).cast(pa.timestamp("us", tz="UTC")),
+            pa.array([w.delivery_count for _, w in leased], pa.int32()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
