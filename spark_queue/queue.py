@@ -267,6 +267,7 @@ class Queue:
         delay: float | Sequence[float] = 0.0,
         *,
         chunk: int = 0,
+        key: Keys = None,
     ) -> list[int]:
         """Send a batch once per ``(writer, step, part, chunk)``, however often it is retried.
 
@@ -276,12 +277,13 @@ class Queue:
         released. A repeat of the same key finishes what the first attempt
         started with the same ids, and after a completed send it changes
         nothing and returns the same ids. The repeat must carry the same
-        messages in the same order.
+        messages in the same order. ``key`` is the unit of order, as in
+        ``send_batch`` (the Spark sink's ``key`` column).
 
         Raises:
             SparkQueueError: The repeat carries a different number of messages.
         """
-        outgoing = self._sending.check_batch(payloads, headers, delay)
+        outgoing = self._sending.check_batch(payloads, headers, delay, key)
         return self._sending.send_once(writer, step, part, chunk, outgoing)
 
     # -- receive -------------------------------------------------------------------

@@ -311,16 +311,24 @@ class Receiver:
         self._lane_floor.clear()
 
     def _busy_lanes(self, owned: Collection[int], now: int) -> set[int]:
-        """Lanes with visible messages in the first head buckets, stopping at one not ``owned``."""
+        """Lanes with visible messages in the first head buckets that hold any.
+
+        Stops at a bucket showing a lane not ``owned``; buckets without a
+        visible message are noted idle and passed over, not counted.
+        """
         busy: set[int] = set()
         bucket, read = self._bounds.head, 0
         self._bounds.refresh_tail()
         while read < LANE_LOOK_BUCKETS and bucket <= self._bounds.last_bucket():
             if not self._bounds.skipped(bucket, now):
-                busy |= busy_lanes(self._buckets, bucket, now)
-                read += 1
-                if busy - set(owned):
-                    break
+                found = busy_lanes(self._buckets, bucket, now)
+                if not found:  # nothing visible in any lane: skip it, and it does not count
+                    self._bounds.note_idle(bucket, now)
+                else:
+                    busy |= found
+                    read += 1
+                    if busy - set(owned):
+                        break
             bucket += 1
         return busy
 
