@@ -15,10 +15,11 @@ How a plain receive works (seed 000, BlueDove, received through lanes,
 3. **Pick** ``n`` of them at random, skipping what sibling threads of this
    handle hold (``claims.py``); messages past ``max_deliveries`` move to the
    dead-letter queue (``dead_letters.py``, a lightweight transaction each).
-4. **Lease** each pick with a plain write (an unlogged batch per bucket: a
-   fresh lease token, ``visible_at`` = now + visibility timeout, one more
-   delivery), only in lanes whose ownership is surely still held
-   (``Grant.until``): nobody else leases in them, so no Paxos round is needed.
+4. **Lease** each pick with a plain write (one ``UPDATE ... WHERE id IN``
+   per bucket: the receive's fresh lease token, ``visible_at`` = now +
+   visibility timeout, one more delivery), only in lanes whose ownership is
+   surely still held (``Grant.until``): nobody else leases in them, so no
+   Paxos round is needed.
    A redelivered message (its earlier lease ran out) may have been acked by
    its late consumer between the scan and the write: those leases alone are
    read back, and a message acked meanwhile is not handed out.
@@ -212,8 +213,12 @@ class Receiver:
         self._advance_floors(found, lane_of, picked - {(m.bucket, m.id) for m in late}, timeout_ms)
         if not live:
             return []
-        writes = [_lease(m, timeout_ms, now) for m in live]
-        self._buckets.write_leases(writes, now)  # plain: nobody else leases in our lanes
+        # One lease token for the receive: its leases agree on everything but the
+        # id and go in one statement per bucket (binding a batch row per message
+        # costs more, in Python, than the write). Plain: nobody else leases here.
+        token = new_lease()
+        writes = [replace(_lease(m, timeout_ms, now), lease=token) for m in live]
+        self._buckets.write_leases_shared(writes, now)
         # A message delivered before may have been acked by its late consumer
         # between our scan and our lease (the ack's condition held: it was still
         # its lease): read those leases back. A first delivery has no receipt
