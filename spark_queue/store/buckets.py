@@ -504,6 +504,30 @@ class Buckets:
             if row[1] is not None and row[3] is not None
         ]
 
+    def unacked_many(self, buckets: Sequence[int]) -> list[list[tuple[int, int, int, int]]]:
+        """``unacked`` of several buckets, read at once."""
+        results = self.store.execute_many(
+            [(SCAN_UNACKED, (self.queue_id, b)) for b in buckets], what="scanning buckets"
+        )
+        return [
+            [
+                (row[0], row[1], row[2] or 0, row[3])
+                for row in result
+                if row[1] is not None and row[3] is not None
+            ]
+            for result in results
+        ]
+
+    def probe_visible(self, buckets: Sequence[int], now: int) -> list[bool]:
+        """Whether each of ``buckets`` holds a visible message: one scan each, all at once."""
+        if self.tracing:
+            return [bool(self.scan_candidates(b, now, 1)) for b in buckets]
+        results = self.store.execute_many(
+            [(SCAN_CANDIDATES, (self.queue_id, b, now, 1)) for b in buckets],
+            what="receiving messages",
+        )
+        return [any(row[1] is not None for row in result) for result in results]
+
     def has_unacked(self, bucket: int) -> bool:
         return bool(self.store.rows(ANY_UNACKED, (self.queue_id, bucket), what="checking a bucket"))
 
