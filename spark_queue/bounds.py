@@ -89,10 +89,8 @@ class Bounds:
         """
         full = [b for b in buckets if (b + 1) * self._buckets.bucket_size <= self.tail]
         # The tail bucket is left out: new messages may land there any moment.
-        unacked = self._buckets.unacked_many(full)
+        next_visible = self._buckets.next_visible_many(full)
+        recheck = now + int(IDLE_RECHECK * 1000)
         with self._lock:
-            for bucket, rows in zip(full, unacked, strict=True):
-                until = now + int(IDLE_RECHECK * 1000)
-                for _, visible_at, _, _ in rows:
-                    until = min(until, visible_at)
-                self._skip_until[bucket] = until
+            for bucket, first in zip(full, next_visible, strict=True):
+                self._skip_until[bucket] = recheck if first is None else min(recheck, first)

@@ -54,6 +54,10 @@ SCAN_UNACKED = (
     "SELECT id, toUnixTimestamp(visible_at), delivery_count, toUnixTimestamp(expires_at)"
     " FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND acked = false ALLOW FILTERING"
 )
+NEXT_VISIBLE = (
+    "SELECT toUnixTimestamp(min(visible_at)) FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
+    " AND acked = false ALLOW FILTERING"
+)
 ANY_UNACKED = (
     "SELECT id FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND acked = false"
     " LIMIT 1 ALLOW FILTERING"
@@ -504,19 +508,17 @@ class Buckets:
             if row[1] is not None and row[3] is not None
         ]
 
-    def unacked_many(self, buckets: Sequence[int]) -> list[list[tuple[int, int, int, int]]]:
-        """``unacked`` of several buckets, read at once."""
+    def next_visible_many(self, buckets: Sequence[int]) -> list[int | None]:
+        """When the first unacked message of each bucket becomes visible (ms), read at once.
+
+        An aggregate Cassandra computes inside each partition: one row back
+        per bucket however many messages are in flight there. None for a
+        bucket without unacked messages.
+        """
         results = self.store.execute_many(
-            [(SCAN_UNACKED, (self.queue_id, b)) for b in buckets], what="scanning buckets"
+            [(NEXT_VISIBLE, (self.queue_id, b)) for b in buckets], what="scanning buckets"
         )
-        return [
-            [
-                (row[0], row[1], row[2] or 0, row[3])
-                for row in result
-                if row[1] is not None and row[3] is not None
-            ]
-            for result in results
-        ]
+        return [next((row[0] for row in result), None) for result in results]
 
     def probe_visible(self, buckets: Sequence[int], now: int) -> list[bool]:
         """Whether each of ``buckets`` holds a visible message: one scan each, all at once."""
