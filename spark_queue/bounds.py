@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 
 from spark_queue.defaults import IDLE_RECHECK, TAIL_REFRESH
 from spark_queue.store.buckets import Buckets
@@ -78,10 +79,18 @@ class Bounds:
 
     def note_idle(self, bucket: int, now: int) -> None:
         """Skip a fully allocated bucket without visible messages for a while."""
-        if (bucket + 1) * self._buckets.bucket_size > self.tail:
-            return  # the tail bucket: new messages may land any moment
-        until = now + int(IDLE_RECHECK * 1000)
-        for _, visible_at, _, _ in self._buckets.unacked(bucket):
-            until = min(until, visible_at)
+        self.note_idle_many([bucket], now)
+
+    def note_idle_many(self, buckets: Sequence[int], now: int) -> None:
+        """``note_idle`` for several buckets, their unacked messages read at once.
+
+        A bucket is skipped until its first unacked message becomes visible,
+        at most ``IDLE_RECHECK`` seconds.
+        """
+        full = [b for b in buckets if (b + 1) * self._buckets.bucket_size <= self.tail]
+        # The tail bucket is left out: new messages may land there any moment.
+        next_visible = self._buckets.next_visible_many(full)
+        recheck = now + int(IDLE_RECHECK * 1000)
         with self._lock:
-            self._skip_until[bucket] = until
+            for bucket, first in zip(full, next_visible, strict=True):
+                self._skip_until[bucket] = recheck if first is None else min(recheck, first)

@@ -73,6 +73,8 @@ Leased = tuple[StoredMessage, LeaseWrite]
 LANE_TAKES = 4
 #: Idle (lane, bucket) notes kept before the stale ones are pruned.
 IDLE_NOTES = 4096
+#: Fewest buckets ``visible_buckets`` probes at once.
+PROBE_WINDOW = 8
 
 
 def as_datetime(ms: int) -> datetime:
@@ -465,7 +467,13 @@ class Receiver:
         return [m for m in chosen if m.delivery_count < limit]
 
     def visible_buckets(self, max_buckets: int, below: int | None) -> list[int]:
-        """Live buckets holding at least one visible message, oldest first."""
+        """Live buckets holding at least one visible message, oldest first.
+
+        The buckets not known idle are probed ``max_buckets`` (at least
+        ``PROBE_WINDOW``) at a time, each window's probes at once: a drained
+        stretch of buckets not dropped yet costs a round trip per window, not
+        one per bucket (the Spark source asks on every trigger).
+        """
         self._maintenance.maybe()
         now = now_ms()
         self._bounds.refresh_tail()
@@ -473,13 +481,16 @@ class Receiver:
         found: list[int] = []
         if tail <= 0:
             return found
-        for bucket in range(self._bounds.head, self._buckets.bucket_of(tail - 1) + 1):
+        live = range(self._bounds.head, self._buckets.bucket_of(tail - 1) + 1)
+        candidates = [b for b in live if not self._bounds.skipped(b, now)]
+        window = max(max_buckets, PROBE_WINDOW)
+        for start in range(0, len(candidates), window):
+            probed = candidates[start : start + window]
+            visible = self._buckets.probe_visible(probed, now)
+            found += [b for b, v in zip(probed, visible, strict=True) if v]
+            self._bounds.note_idle_many(
+                [b for b, v in zip(probed, visible, strict=True) if not v], now
+            )
             if len(found) >= max_buckets:
                 break
-            if self._bounds.skipped(bucket, now):
-                continue
-            if self._buckets.scan_candidates(bucket, now, 1):
-                found.append(bucket)
-            else:
-                self._bounds.note_idle(bucket, now)
-        return found
+        return found[:max_buckets]

@@ -13,7 +13,8 @@ How a micro-batch maps onto the queue:
   visibility timeout and records what it leased in the queue's journal
   before returning it, so a replay of the step returns the same messages.
 * **Commit**: Spark commits step N while planning N+1; the source acks what
-  step N leased (one conditional write per bucket). When no new message
+  step N leased (a lease read and a write per bucket) on a thread of its own,
+  overlapping step N+1 (``spark.acking``). When no new message
   shows after a step that leased some, the source answers with one empty
   step so that Spark commits the last one: an idle stream never lets its
   processed messages' leases run out.
@@ -22,6 +23,7 @@ How a micro-batch maps onto the queue:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -55,6 +57,7 @@ from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import QueueNotFound, SparkQueueError
 from spark_queue.queue import Queue
 from spark_queue.spark import admission, planning, slicing
+from spark_queue.spark.acking import StepAcks
 from spark_queue.spark.incarnations import Incarnations, check_part
 from spark_queue.spark.offsets import Offset, incarnations_of
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
@@ -154,6 +157,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # suffices (and the reader stays picklable, which Spark needs).
         self._counting = False
         self._renewal: LeaseRenewal | None = None
+        self._acks = StepAcks()
         self._stream = ""
         #: Queues each planned, not yet acked step leased from.
         self._step_queues: dict[int, frozenset[str]] = {}
@@ -203,6 +207,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._acks.wait()  # ownership the last ack frees must not race this plan
         begin = Offset.from_dict(start)
         self._sharing.name_after(begin.stream)
         key = json.dumps(start, sort_keys=True)
@@ -334,8 +339,10 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # batch in the run before but calls ``commit`` for it only while planning
             # the next batch, so a crash between ``offsets/N+1`` and the ack of N
             # leaves N unacked; acking it here (idempotent) keeps its messages from
-            # coming back after their lease as duplicates.
+            # coming back after their lease as duplicates. Waited for: that ack
+            # frees buckets, which must happen before the replay holds its own.
             self.commit(start)
+            self._acks.wait()
         last = Offset.from_dict(end)
         if not last.buckets or last.step == Offset.from_dict(start).step:
             return []
@@ -397,15 +404,23 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         last = Offset.from_dict(end)
         first = last.step if self._acked_step is None else self._acked_step + 1
-        for step in range(first, last.step + 1):
-            # A step planned before a restart is not in memory: ack it on every queue.
-            queues = self._step_queues.pop(step, None)
-            for name in sorted(queues or {*self.options.queues, *self.queue_names()}):
-                self._ack(name, last.stream, step)
+        # A step planned before a restart is not in memory: ack it on every queue.
+        steps = [
+            (step, sorted(queues or {*self.options.queues, *self.queue_names()}))
+            for step in range(first, last.step + 1)
+            for queues in [self._step_queues.pop(step, None)]
+        ]
         self._acked_step = max(last.step, self._acked_step or 0)
+        self._acks.submit(functools.partial(self._ack_steps, last.stream, steps, self._acked_step))
+
+    def _ack_steps(self, stream: str, steps: list[tuple[int, list[str]]], upto: int) -> None:
+        """Ack committed steps, then stop renewing them and free their buckets (background)."""
+        for step, queues in steps:
+            for name in queues:
+                self._ack(name, stream, step)
         if self._renewal is not None:
-            self._renewal.done(self._acked_step)
-        self._sharing.done(self._acked_step, self._queue)
+            self._renewal.done(upto)
+        self._sharing.done(upto, self._queue)
 
     def _ack(self, name: str, stream: str, step: int) -> None:
         try:
@@ -448,10 +463,16 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return handle.renew_step(self._stream, step, self.options.visibility_timeout)
 
     def stop(self) -> None:
-        """The query stops: renewal stops, so unacked leases run out one timeout later."""
-        if self._renewal is not None:
-            self._renewal.stop()
-        self._sharing.release_all(self._queue)
+        """The query stops: the last ack finishes, renewal stops, buckets are freed.
+
+        Leases of steps planned and never committed run out one timeout later.
+        """
+        try:
+            self._acks.close()
+        finally:
+            if self._renewal is not None:
+                self._renewal.stop()
+            self._sharing.release_all(self._queue)
 
     # -- progress -------------------------------------------------------------------------
 

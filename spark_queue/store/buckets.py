@@ -54,6 +54,10 @@ SCAN_UNACKED = (
     "SELECT id, toUnixTimestamp(visible_at), delivery_count, toUnixTimestamp(expires_at)"
     " FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND acked = false ALLOW FILTERING"
 )
+NEXT_VISIBLE = (
+    "SELECT toUnixTimestamp(min(visible_at)) FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
+    " AND acked = false ALLOW FILTERING"
+)
 ANY_UNACKED = (
     "SELECT id FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND acked = false"
     " LIMIT 1 ALLOW FILTERING"
@@ -509,6 +513,28 @@ class Buckets:
             )
             if row[1] is not None and row[3] is not None
         ]
+
+    def next_visible_many(self, buckets: Sequence[int]) -> list[int | None]:
+        """When the first unacked message of each bucket becomes visible (ms), read at once.
+
+        An aggregate Cassandra computes inside each partition: one row back
+        per bucket however many messages are in flight there. None for a
+        bucket without unacked messages.
+        """
+        results = self.store.execute_many(
+            [(NEXT_VISIBLE, (self.queue_id, b)) for b in buckets], what="scanning buckets"
+        )
+        return [next((row[0] for row in result), None) for result in results]
+
+    def probe_visible(self, buckets: Sequence[int], now: int) -> list[bool]:
+        """Whether each of ``buckets`` holds a visible message: one scan each, all at once."""
+        if self.tracing:
+            return [bool(self.scan_candidates(b, now, 1)) for b in buckets]
+        results = self.store.execute_many(
+            [(SCAN_CANDIDATES, (self.queue_id, b, now, 1)) for b in buckets],
+            what="receiving messages",
+        )
+        return [any(row[1] is not None for row in result) for result in results]
 
     def has_unacked(self, bucket: int) -> bool:
         return bool(self.store.rows(ANY_UNACKED, (self.queue_id, bucket), what="checking a bucket"))
