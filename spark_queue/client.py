@@ -23,11 +23,11 @@ log = logging.getLogger(__name__)
 
 _SETTINGS_COLUMNS = (
     "bucket_size, visibility_timeout, order_hint, message_ttl, max_deliveries,"
-    " dead_letter_queue, max_message_bytes, seal_delay"
+    " dead_letter_queue, max_message_bytes, seal_delay, lanes"
 )
 CREATE = (
     f"INSERT INTO {{ks}}.queues (name, queue_id, {_SETTINGS_COLUMNS}, created_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS"
 )
 INIT_SEQUENCE = "INSERT INTO {ks}.sequences (queue_id, next_id) VALUES (?, 0) IF NOT EXISTS"
 INIT_POINTERS = (
@@ -98,7 +98,9 @@ class QueueClient:
         self.close()
 
     def close(self) -> None:
-        """Send what ``send_async`` still holds, then release the connection (if opened here).
+        """Send what ``send_async`` still holds, give up owned lanes, release the connection.
+
+        The connection is released only if this client opened it.
 
         Raises:
             SparkQueueError: A message of ``send_async`` failed since the last flush
@@ -108,10 +110,11 @@ class QueueClient:
             handles = list(self._handles.values())
         failure: SparkQueueError | None = None
         for handle in handles:
-            try:
-                handle.flush()
-            except SparkQueueError as e:
-                failure = failure or e
+            for step in (handle.flush, handle.release_lanes):
+                try:
+                    step()
+                except SparkQueueError as e:
+                    failure = failure or e
         if self._owns_store:
             self._store.close()
         if failure is not None:
@@ -131,6 +134,7 @@ class QueueClient:
         dead_letter_queue: str | None = None,
         max_message_bytes: int = defaults.MAX_MESSAGE_BYTES,
         seal_delay: float = defaults.SEAL_DELAY,
+        lanes: int = defaults.LANES,
         exist_ok: bool = False,
     ) -> Queue:
         """Create a queue and return a handle on it.
@@ -153,6 +157,7 @@ class QueueClient:
             dead_letter_queue=dead_letter_queue,
             max_message_bytes=max_message_bytes,
             seal_delay=seal_delay,
+            lanes=lanes,
         )
         if exist_ok:
             try:
@@ -227,7 +232,7 @@ class QueueClient:
                 ``max_deliveries=None, dead_letter_queue=None``.
 
         Raises:
-            InvalidSetting: ``bucket_size`` or ``seal_delay`` (fixed at creation),
+            InvalidSetting: ``bucket_size``, ``seal_delay`` or ``lanes`` (fixed at creation),
                 an unknown setting, or a value that breaks its rule; nothing changed.
             QueueNotFound: No such queue, or no such dead-letter queue.
         """

@@ -368,6 +368,11 @@ class QueueSettings:
         seal_delay: Seconds a bucket stays open for delayed writes after its last
             id was handed out (CassieQ's repair wait). Writes slower than this
             are checked and re-sent if their bucket was sealed. Default 5.
+        lanes: Units of order (``lanes.py``): a message's lane is the crc32 of
+            its key modulo ``lanes`` (without a key, its sending thread's), and
+            each lane is received by one consumer at a time, in id order. So
+            up to ``lanes`` consumers receive side by side; more wait.
+            Fixed at creation. Default 8.
     """
 
     bucket_size: int = defaults.BUCKET_SIZE
@@ -378,6 +383,7 @@ class QueueSettings:
     dead_letter_queue: str | None = None
     max_message_bytes: int = defaults.MAX_MESSAGE_BYTES
     seal_delay: float = defaults.SEAL_DELAY
+    lanes: int = defaults.LANES
 
     def __post_init__(self) -> None:
         check_int("bucket_size", self.bucket_size, 1, defaults.MAX_BUCKET_SIZE)
@@ -402,3 +408,8 @@ class QueueSettings:
                 )
         check_int("max_message_bytes", self.max_message_bytes, 1, defaults.MAX_MESSAGE_BYTES_LIMIT)
         object.__setattr__(self, "seal_delay", check_seconds("seal_delay", self.seal_delay))
+        if self.lanes is None:
+            # A queue created before lanes existed: its rows have no lane, and
+            # one lane is read without a lane filter, so it sees them all.
+            object.__setattr__(self, "lanes", 1)
+        check_int("lanes", self.lanes, 1, defaults.MAX_LANES)

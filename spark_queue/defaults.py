@@ -22,6 +22,8 @@ MESSAGE_TTL = 7 * 86400
 MAX_MESSAGE_BYTES = 256 * 1024
 #: Seconds a bucket stays open for delayed writes after its last id was handed out.
 SEAL_DELAY = 5.0
+#: Lanes of a queue: units of order, each received by one consumer at a time (lanes.py).
+LANES = 8
 
 #: Largest bucket size accepted.
 MAX_BUCKET_SIZE = 100_000
@@ -29,6 +31,8 @@ MAX_BUCKET_SIZE = 100_000
 MAX_TTL = 630_720_000
 #: Largest max_message_bytes a queue may be created with (16 MiB).
 MAX_MESSAGE_BYTES_LIMIT = 16 * 1024 * 1024
+#: Most lanes a queue may have (all of their owners sit in one partition).
+MAX_LANES = 1024
 
 # -- engine limits --------------------------------------------------------------------------
 
@@ -46,3 +50,12 @@ DROP_PER_PASS = 64
 COUNT_BUDGET = 16
 #: Seconds a handle uses a queue's settings before reading them again (``update_queue``).
 SETTINGS_REFRESH = 2.0
+#: Seconds a consumer owns a lane unless it renews (it renews at a third of it).
+LANE_PERIOD = 10.0
+#: Seconds a consumer with nothing to receive waits before looking for free lanes again;
+#: doubled after each fruitless look up to ``LANE_LOOK_PAUSE_MAX``.
+LANE_LOOK_PAUSE = 0.2
+#: Longest pause between two looks for free lanes (a consumer with nothing to do).
+LANE_LOOK_PAUSE_MAX = 2.0
+#: Head buckets a look for free lanes reads (lane and visibility columns only).
+LANE_LOOK_BUCKETS = 4

@@ -49,16 +49,17 @@ from spark_queue.store.session import Params, Store
 #: ``(bucket, slice)``: one unit of ownership.
 Key = tuple[int, int]
 
+# ``{table}`` is the table's name, filled in per Ownership (``{{ks}}`` stays for the store).
 TAKE = (
-    "INSERT INTO {ks}.ownership (queue_id, bucket, slice, owner) VALUES (?, ?, ?, ?)"
+    "INSERT INTO {{ks}}.{table} (queue_id, bucket, slice, owner) VALUES (?, ?, ?, ?)"
     " IF NOT EXISTS USING TTL ?"
 )
 RENEW = (
-    "UPDATE {ks}.ownership USING TTL ? SET owner = ? WHERE queue_id = ? AND bucket = ?"
+    "UPDATE {{ks}}.{table} USING TTL ? SET owner = ? WHERE queue_id = ? AND bucket = ?"
     " AND slice = ? IF owner = ?"
 )
-RELEASE = "DELETE FROM {ks}.ownership WHERE queue_id = ? AND bucket = ? AND slice = ? IF owner = ?"
-OWNERS = "SELECT slice, owner FROM {ks}.ownership WHERE queue_id = ? AND bucket = ?"
+RELEASE = "DELETE FROM {{ks}}.{table} WHERE queue_id = ? AND bucket = ? AND slice = ? IF owner = ?"
+OWNERS = "SELECT slice, owner FROM {{ks}}.{table} WHERE queue_id = ? AND bucket = ?"
 
 #: Shortest period accepted: below it the TTL's whole seconds dominate.
 MIN_PERIOD = 1.0
@@ -157,11 +158,17 @@ class Ownership:
     Args:
         store: The Cassandra session.
         queue_id: The queue incarnation.
+        table: The table of owners: ``ownership`` (buckets and slices, the
+            Spark source) or ``lane_ownership`` (lanes, ``lanes.py``), both
+            of the same columns.
     """
 
-    def __init__(self, store: Store, queue_id: uuid.UUID) -> None:
+    def __init__(self, store: Store, queue_id: uuid.UUID, table: str = "ownership") -> None:
         self._store = store
         self.queue_id = queue_id
+        self._take, self._renew_cql, self._release, self._owners = (
+            cql.format(table=table) for cql in (TAKE, RENEW, RELEASE, OWNERS)
+        )
 
     def take(self, owner: str, keys: Iterable[Key], period_s: float) -> Grant:
         """Take the keys no live consumer owns; renew those ``owner`` holds already.
@@ -181,7 +188,7 @@ class Ownership:
         started = time.monotonic()
         ttl = ttl_of(period)
         won = self._apply(
-            TAKE, {k: (self.queue_id, k[0], k[1], owner, ttl) for k in wanted}, what="taking"
+            self._take, {k: (self.queue_id, k[0], k[1], owner, ttl) for k in wanted}, what="taking"
         )
         # A key this owner holds already is not free, yet it is ours: renew it.
         taken_by_others = [k for k in wanted if k not in won]
@@ -204,7 +211,7 @@ class Ownership:
         """Give keys up so that others may take them at once; return those released."""
         owner, wanted = check_owner(owner), check_keys(keys)
         done = self._apply(
-            RELEASE, {k: (self.queue_id, k[0], k[1], owner) for k in wanted}, what="releasing"
+            self._release, {k: (self.queue_id, k[0], k[1], owner) for k in wanted}, what="releasing"
         )
         return [k for k in wanted if k in done]
 
@@ -216,7 +223,7 @@ class Ownership:
             by_bucket[bucket].add(piece)
         buckets = sorted(by_bucket)
         results = self._store.execute_many(
-            [(OWNERS, (self.queue_id, b)) for b in buckets], what="reading ownership"
+            [(self._owners, (self.queue_id, b)) for b in buckets], what="reading ownership"
         )
         found: dict[Key, str] = {}
         for bucket, result in zip(buckets, results, strict=True):
@@ -229,7 +236,7 @@ class Ownership:
         """Every live owner of a slice of ``buckets`` (one query per bucket)."""
         wanted = sorted(set(buckets))
         results = self._store.execute_many(
-            [(OWNERS, (self.queue_id, b)) for b in wanted], what="reading ownership"
+            [(self._owners, (self.queue_id, b)) for b in wanted], what="reading ownership"
         )
         return {
             (bucket, piece): who
@@ -240,7 +247,7 @@ class Ownership:
 
     def _renew(self, owner: str, keys: Sequence[Key], ttl: int) -> set[Key]:
         return self._apply(
-            RENEW,
+            self._renew_cql,
             {k: (ttl, owner, self.queue_id, k[0], k[1], owner) for k in keys},
             what="renewing",
         )

@@ -179,7 +179,12 @@ class Producer:
     # -- the caller's side -------------------------------------------------------------
 
     def send(
-        self, payload: Payload, headers: Mapping[str, str] | None = None, delay: float = 0.0
+        self,
+        payload: Payload,
+        headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        *,
+        key: str | None = None,
     ) -> Future[int]:
         """Accept one message; return a future of its id, resolved once it is durable.
 
@@ -191,6 +196,8 @@ class Producer:
             payload: bytes, or str (sent UTF-8 encoded).
             headers: String key/value pairs kept with the message.
             delay: Seconds before the message becomes visible.
+            key: The unit of order (``Queue.send``); default the calling
+                thread's lane.
 
         Raises:
             InvalidMessage: The payload, headers or delay break a rule
@@ -198,7 +205,7 @@ class Producer:
             BackendUnavailable: The producer stayed full for ``max_block`` seconds.
             SparkQueueError: The producer is closed.
         """
-        outgoing = self._sender.check_one(payload, headers, delay)
+        outgoing = self._sender.check_one(payload, headers, delay, key)
         size = len(outgoing.payload) + sum(len(k) + len(v) for k, v in outgoing.headers.items())
         future: Future[int] = Future()
         with self._lock:

@@ -4,7 +4,8 @@
 
 * ``sending.py``: checked batches, id blocks, repair of late writes, send-once;
 * ``producer.py``: single sends batched per bucket in the background (``send_async``);
-* ``receiving.py``: candidate scans, leases and their read-back;
+* ``lanes.py``: a message's lane, and the lanes a consumer owns;
+* ``receiving.py``: scans of owned lanes, plain leases, named buckets;
 * ``claims.py``: what the threads sharing one handle hold;
 * ``dead_letters.py``: ``max_deliveries`` and the dead-letter queue;
 * ``steps.py``: replayable consumer steps (the Spark source);
@@ -18,23 +19,20 @@
 
 How a message moves (seed 000, BlueDove; seed 001, CassieQ): a send takes ids
 from a block of the queue's sequence and writes each message into bucket
-``id // bucket_size``; a receive scans from the head for visible messages and
-leases some with a conditional batch per bucket; an ack is a conditional
+``id // bucket_size``; a receive scans its lanes from the head for visible
+messages and leases some with a plain batch per bucket; an ack is a conditional
 batch per bucket setting ``acked`` where the lease is still the receipt's (no
 tombstone per message); sealed, fully acked buckets are dropped whole and the
 head moves past them.
 
-Ownership of work between competing consumers (details in ``receiving.py``):
-a consumer owns exactly the deliveries whose conditional lease it won, each
-until its visibility timeout ends. Of consumers racing for a message, one
-wins and the others know it at once, so nobody is handed a duplicate; a
-loser scans again and takes the next messages, so consumers fall into step
-behind each other and K = 1 keeps the order. Takeover: when a consumer stops
-(crash, SIGKILL, network loss), its deliveries come back to the others when
-their visibility timeout ends, at most ``visibility_timeout`` after its last
-receive; there is no other state of it to expire. K (the order hint) no
-longer trades duplicates for order: it spreads many consumers over the
-oldest ``K * n`` messages so that fewer of their leases collide.
+Ownership of work between competing consumers (details in ``lanes.py`` and
+``receiving.py``): every message has a lane (from its key, or its sending
+thread's), and a plain consumer receives only from the lanes it owns, leasing
+with plain writes; one lane is owned by one consumer at a time, so a lane's
+messages arrive in order and consumers on different lanes never race.
+Takeover: a consumer that stops loses its lanes at most ``ceil(period) + 1``
+seconds after its last renewal, and its deliveries when their visibility
+timeout ends. K (the order hint) applies within a lane.
 """
 
 from __future__ import annotations
@@ -59,13 +57,14 @@ from spark_queue.errors import (
     SparkQueueError,
     StaleReceipt,
 )
+from spark_queue.lanes import LaneOwner
 from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Message, QueueStats, Receipt, new_lease
 from spark_queue.metrics import QueueCounters
 from spark_queue.producer import Producer
 from spark_queue.receiving import Leased, Receiver, as_datetime
 from spark_queue.redrive import RedriveResult, redrive
-from spark_queue.sending import Headers, Payload, Sender
+from spark_queue.sending import Headers, Keys, Payload, Sender
 from spark_queue.settings_change import read_settings
 from spark_queue.steps import Steps, step_lease
 from spark_queue.store.buckets import Buckets, LeaseCheck, StoredMessage, now_ms
@@ -157,7 +156,12 @@ class Queue:
     # -- send --------------------------------------------------------------------
 
     def send(
-        self, payload: Payload, headers: Mapping[str, str] | None = None, delay: float = 0.0
+        self,
+        payload: Payload,
+        headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        *,
+        key: str | None = None,
     ) -> int:
         """Send one message; return its id once it is durable.
 
@@ -165,11 +169,19 @@ class Queue:
             payload: bytes, or str (sent UTF-8 encoded).
             headers: String key/value pairs kept with the message.
             delay: Seconds before the message becomes visible.
+            key: The unit of order: messages of one key go to one lane
+                (``lanes.py``) and are received in order. Default: the lane
+                this handle and thread stick to.
         """
-        return self.send_batch([payload], headers=headers, delay=delay)[0]
+        return self.send_batch([payload], headers=headers, delay=delay, key=key)[0]
 
     def send_async(
-        self, payload: Payload, headers: Mapping[str, str] | None = None, delay: float = 0.0
+        self,
+        payload: Payload,
+        headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        *,
+        key: str | None = None,
     ) -> Future[int]:
         """Send one message in the background; return a future of its id.
 
@@ -184,6 +196,7 @@ class Queue:
             payload: bytes, or str (sent UTF-8 encoded).
             headers: String key/value pairs kept with the message.
             delay: Seconds before the message becomes visible.
+            key: The unit of order (see ``send``).
 
         Raises:
             InvalidMessage: The message breaks a rule (nothing is queued).
@@ -193,7 +206,7 @@ class Queue:
             producer = self._producer
             if producer is None:
                 producer = self._producer = self.producer()
-        return producer.send(payload, headers, delay)
+        return producer.send(payload, headers, delay, key=key)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every message of ``send_async`` so far is durable (see ``Producer.flush``).
@@ -223,6 +236,8 @@ class Queue:
         payloads: Sequence[Payload],
         headers: Headers = None,
         delay: float | Sequence[float] = 0.0,
+        *,
+        key: Keys = None,
     ) -> list[int]:
         """Send several messages; return their ids in order.
 
@@ -236,8 +251,9 @@ class Queue:
             payloads: bytes or str bodies.
             headers: One mapping for every message, or one per message.
             delay: Seconds before visibility: one value, or one per message.
+            key: The unit of order (see ``send``): one key, or one per message.
         """
-        ids = self._sending.write(self._sending.check_batch(payloads, headers, delay))
+        ids = self._sending.write(self._sending.check_batch(payloads, headers, delay, key))
         self._counts.sent.inc(len(ids))
         return ids
 
@@ -251,6 +267,7 @@ class Queue:
         delay: float | Sequence[float] = 0.0,
         *,
         chunk: int = 0,
+        key: Keys = None,
     ) -> list[int]:
         """Send a batch once per ``(writer, step, part, chunk)``, however often it is retried.
 
@@ -260,12 +277,13 @@ class Queue:
         released. A repeat of the same key finishes what the first attempt
         started with the same ids, and after a completed send it changes
         nothing and returns the same ids. The repeat must carry the same
-        messages in the same order.
+        messages in the same order. ``key`` is the unit of order, as in
+        ``send_batch`` (the Spark sink's ``key`` column).
 
         Raises:
             SparkQueueError: The repeat carries a different number of messages.
         """
-        outgoing = self._sending.check_batch(payloads, headers, delay)
+        outgoing = self._sending.check_batch(payloads, headers, delay, key)
         return self._sending.send_once(writer, step, part, chunk, outgoing)
 
     # -- receive -------------------------------------------------------------------
@@ -316,6 +334,15 @@ class Queue:
         )
         self._check_alive()
         return count, int(timeout * 1000), hint
+
+    @property
+    def lanes(self) -> LaneOwner:
+        """This handle's ownership of lanes (``lanes.py``): ``owned()``, ``period``."""
+        return self._receiving.lanes
+
+    def release_lanes(self) -> None:
+        """Give up this handle's lanes now, so other consumers take them at once (on close)."""
+        self._receiving.lanes.release_all()
 
     def visible_buckets(self, max_buckets: int, below: int | None = None) -> list[int]:
         """Live buckets holding at least one visible message, oldest first.
@@ -415,7 +442,7 @@ class Queue:
                 f"receipt for message {r.id} of queue {self.name!r}: no longer names the current"
                 " delivery; its visibility was not changed"
             )
-        self._bounds.unskip(r.bucket)
+        self._receiving.unskip(r.bucket)
         self._receiving.claims.drop([(r.bucket, r.id)])
         return Receipt(self.queue_id, r.bucket, r.id, lease, r.expires_at_ms).encode()
 

@@ -1,50 +1,57 @@
-"""Receiving: candidate scans, leases by compare-and-set, what threads of one handle share.
+"""Receiving: a consumer's lanes scanned, leased with plain writes; what threads share.
 
-How a receive works (seed 000, BlueDove, with one change: see "Ownership"):
+How a plain receive works (seed 000, BlueDove, received through lanes,
+``lanes.py``):
 
-1. **Scan** live buckets from the head for unacked messages whose
-   ``visible_at`` has passed, payloads and all, and keep the oldest
-   ``K * n`` (K: the order hint).
-2. **Pick** ``n`` of them at random, skipping what sibling threads of this
-   handle hold (``claims.py``).
-3. **Lease** each pick: a fresh lease token, ``visible_at`` = now +
-   visibility timeout and one more delivery, written in one conditional
-   batch per bucket, ``IF lease = <the lease the scan saw> AND acked =
-   false``. Messages past ``max_deliveries`` move to the dead-letter queue
-   instead (``dead_letters.py``).
-4. **Hand out** the messages whose conditional lease applied. Two round
-   trips in all: the conditional batch answers the question a read-back of
-   plain lease writes would ask (did my lease win? is it still unacked?).
+1. **Own lanes.** The handle renews its lanes at a third of their period and
+   releases those idle for as long; a receive that comes up short takes a
+   free lane with visible messages (one per look, up to ``LANE_TAKES``).
+2. **Scan** each owned lane from the head bucket for unacked messages whose
+   ``visible_at`` has passed (``lane = ?`` filtered inside each bucket's
+   partition, payloads and all) and keep the oldest ``K * n`` (K: the order
+   hint, which now applies within a lane). Buckets found without a visible
+   message of a lane are skipped for that lane until its next one becomes
+   visible, at most ``IDLE_RECHECK`` seconds.
+3. **Pick** ``n`` of them at random, skipping what sibling threads of this
+   handle hold (``claims.py``); messages past ``max_deliveries`` move to the
+   dead-letter queue (``dead_letters.py``, a lightweight transaction each).
+4. **Lease** each pick with a plain write (one ``UPDATE ... WHERE id IN``
+   per bucket: the receive's fresh lease token, ``visible_at`` = now +
+   visibility timeout, one more delivery), only in lanes whose ownership is
+   surely still held (``Grant.until``): nobody else leases in them, so no
+   Paxos round is needed.
+   A redelivered message (its earlier lease ran out) may have been acked by
+   its late consumer between the scan and the write: those leases alone are
+   read back, and a message acked meanwhile is not handed out.
 
-Ownership. The consumer whose conditional lease applies owns that delivery
-until its visibility timeout ends; Paxos on the bucket's partition lets
-exactly one of several racing consumers win each message, and the losers
-learn it from the answer (no read-back, no duplicate delivery). A loser
-drops those picks and scans again at once, which lands it on the next
-messages of the head: racing consumers fall into step behind each other and
-keep the queue's order at K = 1. A consumer that dies (crash, SIGKILL, lost
-network) owns nothing but its in-flight deliveries; each is taken over, by
-whoever receives next, when its visibility timeout ends.
+Ownership and order. Each lane is received by one consumer at a time, in
+id order, so a key's (or a keyless producer thread's) messages arrive in the
+order they were sent, while consumers on different lanes work side by side
+without racing: the conditional lease of every receive, and the scan each
+loser made, are gone. What costs order: a delivery whose lease ran out comes
+back later than its successors, and a lane changing owner while the old
+owner still holds deliveries. Takeover: a consumer that stops (crash,
+SIGKILL, network loss) loses its lanes at most ``ceil(period) + 1`` seconds
+after its last renewal (``ownership.py``) and its deliveries when their
+visibility timeout ends. A lane's owner can only fail to own it in time if a
+lease write takes longer than the second of slack that bound leaves: then a
+message may be delivered twice (its second ack is stale), never lost.
 
-Why not own whole buckets or slices of them for a while: consumers owning
-different parts of the queue deliver them side by side, so at K = 1 the
-messages of one producer arrive interleaved from several places (out of
-order), while owning the head's next messages one receive at a time is what
-the conditional lease already does. K now only spreads consumers over the
-oldest ``K * n`` messages, so fewer of their conditional batches collide
-(each collision costs a Paxos round and a scan), at the cost of order.
+Acks stay conditional on the receipt's lease (``Buckets.ack``): a stale
+receipt changes nothing.
 
 A receive naming its buckets (a Spark partition, which has them to itself
 for a step) scans them with payloads, writes plain leases and reads the
-leases (not the payloads) back instead.
+leases (not the payloads) back instead; it ignores lanes.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -52,15 +59,20 @@ from spark_queue.bounds import Bounds
 from spark_queue.claims import Claims, pick_oldest
 from spark_queue.config import QueueSettings
 from spark_queue.dead_letters import DeadLetters
+from spark_queue.defaults import IDLE_RECHECK, LANE_LOOK_BUCKETS
+from spark_queue.lanes import LaneOwner
 from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Receipt, new_lease
 from spark_queue.store.buckets import Buckets, Candidate, LeaseWrite, StoredMessage, now_ms
+from spark_queue.store.lane_scans import busy_lanes, lane_visible_at, scan_lane
 
 #: A message with the lease a receive wrote on it (its delivery, before any receipt).
 Leased = tuple[StoredMessage, LeaseWrite]
 
-#: Scans a receive makes at once after other consumers took all of its picks.
-RACE_RETRIES = 4
+#: Free lanes one receive may take while its own lanes come up short.
+LANE_TAKES = 4
+#: Idle (lane, bucket) notes kept before the stale ones are pruned.
+IDLE_NOTES = 4096
 #: Fewest buckets ``visible_buckets`` probes at once.
 PROBE_WINDOW = 8
 
@@ -83,6 +95,15 @@ def _lease(m: Candidate | StoredMessage, timeout_ms: int, now: int) -> LeaseWrit
         delivery_count=m.delivery_count + 1,
         expires_at=m.expires_at,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """Where a lane's next scan starts: past message ``id`` of ``bucket``, until ``until`` (ms)."""
+
+    bucket: int
+    id: int
+    until: int
 
 
 def delivery_of(queue_id: uuid.UUID, m: StoredMessage, w: LeaseWrite) -> Delivery:
@@ -125,6 +146,9 @@ class Receiver:
         self._dead_letters = dead_letters
         self._settings = settings
         self.claims = Claims()
+        self.lanes = LaneOwner(buckets.store, buckets.queue_id, settings.lanes)
+        self._lane_idle: dict[tuple[int, int], int] = {}  # (lane, bucket) -> skip until (ms)
+        self._lane_floor: dict[int, Floor] = {}
 
     def receive(
         self, count: int, timeout_ms: int, hint: int, wait: float, buckets: Sequence[int] | None
@@ -145,39 +169,175 @@ class Receiver:
     def receive_once(
         self, count: int, timeout_ms: int, hint: int, buckets: Sequence[int] | None
     ) -> list[Delivery]:
-        """One scan, pick and lease (see module doc); a lost race scans again at once."""
-        for _ in range(RACE_RETRIES):
-            deliveries, raced = self._attempt(count, timeout_ms, hint, buckets)
-            if deliveries or not raced:
-                return deliveries
-        return []
-
-    def _attempt(
-        self, count: int, timeout_ms: int, hint: int, buckets: Sequence[int] | None
-    ) -> tuple[list[Delivery], bool]:
-        """``(deliveries, raced)``: raced when other consumers took every pick first."""
+        """One receive: from named buckets, or from this handle's lanes (see module doc)."""
         if buckets is not None:
-            return self.receive_named(buckets, count, timeout_ms, hint), False
-        now = now_ms()
+            return self.receive_named(buckets, count, timeout_ms, hint)
+        return self._receive_lanes(count, timeout_ms, hint)
+
+    def _receive_lanes(self, count: int, timeout_ms: int, hint: int) -> list[Delivery]:
+        """A plain consumer's receive: from its own lanes, with plain leases (module doc)."""
+        lanes, now = self.lanes, now_ms()
+        lanes.keep(functools.partial(self._busy_lanes, now=now))
         # Claimed rows show up only while a sibling thread's lease is in flight.
         want = count * hint + min(len(self.claims), 4 * count)
-        found = self._visible(want, now)
+        lane_of: dict[tuple[int, int], int] = {}
+        found: list[StoredMessage] = []
+        for lane in lanes.safe_lanes():
+            rows = self._lane_visible(lane, want - len(found), now)
+            lanes.note(lane, bool(rows))
+            lane_of.update(((m.bucket, m.id), lane) for m in rows)
+            found.extend(rows)
+            if len(found) >= want:
+                break
+        for _ in range(LANE_TAKES):
+            if len(found) >= count:
+                break
+            # Our lanes came up short: take a free busy lane (ONE when we own
+            # none, so that idle consumers each get one), to fill this receive.
+            taken = lanes.look(functools.partial(self._busy_lanes, now=now))
+            if taken is None:
+                break
+            rows = self._lane_visible(taken, want - len(found), now)
+            lane_of.update(((m.bucket, m.id), taken) for m in rows)
+            found.extend(rows)
+            if not found:
+                break
         chosen = self.claims.pick(found, count, hint, timeout_ms / 1000, time.monotonic())
+        picked = {(m.bucket, m.id) for m in chosen}
         chosen = self._past_limit(chosen, now)
         live = [m for m in chosen if m.expires_at > now]
+        # Lease only in lanes still surely ours: past Grant.until another
+        # consumer may own the lane (ownership.py's bound leaves a second or more).
+        safe = {lane for lane in set(lane_of.values()) if lanes.holds(lane)}
+        late = [m for m in live if lane_of[(m.bucket, m.id)] not in safe]
+        self.claims.drop((m.bucket, m.id) for m in late)
+        live = [m for m in live if lane_of[(m.bucket, m.id)] in safe]
+        self._advance_floors(found, lane_of, picked - {(m.bucket, m.id) for m in late}, timeout_ms)
         if not live:
-            return [], False
-        writes = [_lease(m, timeout_ms, now) for m in live]
-        # Compare-and-set on the lease the scan saw: a message goes to one
-        # consumer only, and a loser knows at once (module doc, step 3).
-        missed = self._buckets.take_leases(writes, {(m.bucket, m.id): m.lease for m in live}, now)
-        self.claims.drop(missed)
-        deliveries = [
+            return []
+        # One lease token for the receive: its leases agree on everything but the
+        # id and go in one statement per bucket (binding a batch row per message
+        # costs more, in Python, than the write). Plain: nobody else leases here.
+        token = new_lease()
+        writes = [replace(_lease(m, timeout_ms, now), lease=token) for m in live]
+        self._buckets.write_leases_shared(writes, now)
+        # A message delivered before may have been acked by its late consumer
+        # between our scan and our lease (the ack's condition held: it was still
+        # its lease): read those leases back. A first delivery has no receipt
+        # anyone could ack, so it costs no read.
+        again = [(w.bucket, w.id) for w in writes if w.delivery_count > 1]
+        held = self._buckets.leases_of(again) if again else {}
+        return [
             delivery_of(self._buckets.queue_id, m, w)
             for m, w in zip(live, writes, strict=True)
-            if (w.bucket, w.id) not in missed
+            if w.delivery_count == 1 or held.get((w.bucket, w.id)) == (w.lease, False)
         ]
-        return deliveries, not deliveries
+
+    def _lane_visible(self, lane: int, want: int, now: int) -> list[StoredMessage]:
+        """Up to ``want`` visible messages (payloads too) of ``lane``, in id order.
+
+        A scan starts past the last message the previous one found (the
+        lane's floor): below it, every message of the lane was invisible then
+        (acked, in flight or delayed), so reading those rows again, acked
+        ones above all, is wasted. A lease running out, a delay ending or a
+        late write below the floor is seen at the next full scan, made every
+        ``IDLE_RECHECK`` seconds.
+        """
+        found: list[StoredMessage] = []
+        bucket, tail_refreshed = self._bounds.head, False
+        lanes = self.lanes.lanes
+        floor = self._lane_floor.get(lane)
+        if floor is not None and floor.until <= now:
+            floor = None  # time for a full scan
+        while len(found) < want:
+            if bucket > self._bounds.last_bucket():
+                # Out of known buckets: the sequence may have moved since we looked.
+                if tail_refreshed or not self._bounds.refresh_tail():
+                    break
+                tail_refreshed = True
+                continue
+            below = floor is not None and bucket < floor.bucket
+            if (
+                not below
+                and not self._bounds.skipped(bucket, now)
+                and self._lane_idle.get((lane, bucket), 0) <= now
+            ):
+                after = floor.id if floor is not None and floor.bucket == bucket else None
+                rows = scan_lane(self._buckets, bucket, lane, lanes, now, want - len(found), after)
+                found.extend(rows)
+                if not rows:
+                    self._note_lane_idle(lane, bucket, now)
+            bucket += 1
+        return found
+
+    def _advance_floors(
+        self,
+        found: Sequence[StoredMessage],
+        lane_of: dict[tuple[int, int], int],
+        passed: set[tuple[int, int]],
+        timeout_ms: int,
+    ) -> None:
+        """Move each lane's floor past the found messages this receive took, up to the first not.
+
+        A floor lasts until the first lease written below it may run out, and
+        ``IDLE_RECHECK`` seconds at most: then a full scan sees what came back.
+        """
+        now = now_ms()
+        stopped: set[int] = set()
+        for m in found:  # lane by lane, each in id order
+            lane = lane_of[(m.bucket, m.id)]
+            if lane in stopped:
+                continue
+            if (m.bucket, m.id) not in passed:
+                stopped.add(lane)
+                continue
+            floor = self._lane_floor.get(lane)
+            fresh = floor is not None and floor.until > now
+            until = floor.until if fresh and floor is not None else now + int(IDLE_RECHECK * 1000)
+            self._lane_floor[lane] = Floor(m.bucket, m.id, min(until, now + timeout_ms))
+
+    def _note_lane_idle(self, lane: int, bucket: int, now: int) -> None:
+        """Skip ``bucket`` for ``lane`` for a while: it had no visible message of it."""
+        if self.lanes.lanes == 1:
+            self._bounds.note_idle(bucket, now)  # one lane: the whole bucket is idle
+            return
+        if (bucket + 1) * self._buckets.bucket_size > self._bounds.tail:
+            return  # the tail bucket: new messages may land any moment
+        if len(self._lane_idle) > IDLE_NOTES:
+            head = self._bounds.head
+            self._lane_idle = {k: t for k, t in self._lane_idle.items() if t > now and k[1] >= head}
+        # Until the lane's next message there becomes visible (a lease runs out,
+        # a delay ends), and no longer than IDLE_RECHECK.
+        until = min([now + int(IDLE_RECHECK * 1000), *lane_visible_at(self._buckets, bucket, lane)])
+        self._lane_idle[(lane, bucket)] = until
+
+    def unskip(self, bucket: int) -> None:
+        """Look at ``bucket`` again on the next receive (a message may be visible there now)."""
+        self._bounds.unskip(bucket)
+        self._lane_idle = {k: t for k, t in self._lane_idle.items() if k[1] != bucket}
+        self._lane_floor.clear()
+
+    def _busy_lanes(self, owned: Collection[int], now: int) -> set[int]:
+        """Lanes with visible messages in the first head buckets that hold any.
+
+        Stops at a bucket showing a lane not ``owned``; buckets without a
+        visible message are noted idle and passed over, not counted.
+        """
+        busy: set[int] = set()
+        bucket, read = self._bounds.head, 0
+        self._bounds.refresh_tail()
+        while read < LANE_LOOK_BUCKETS and bucket <= self._bounds.last_bucket():
+            if not self._bounds.skipped(bucket, now):
+                found = busy_lanes(self._buckets, bucket, now)
+                if not found:  # nothing visible in any lane: skip it, and it does not count
+                    self._bounds.note_idle(bucket, now)
+                else:
+                    busy |= found
+                    read += 1
+                    if busy - set(owned):
+                        break
+            bucket += 1
+        return busy
 
     def receive_named(
         self,
@@ -305,25 +465,6 @@ class Receiver:
             )
             self.claims.drop((m.bucket, m.id) for m in dead)
         return [m for m in chosen if m.delivery_count < limit]
-
-    def _visible(self, want: int, now: int) -> list[StoredMessage]:
-        """Up to ``want`` visible messages (payloads too) from the live buckets, in id order."""
-        found: list[StoredMessage] = []
-        bucket, tail_refreshed = self._bounds.head, False
-        while len(found) < want:
-            if bucket > self._bounds.last_bucket():
-                # Out of known buckets: the sequence may have moved since we looked.
-                if tail_refreshed or not self._bounds.refresh_tail():
-                    break
-                tail_refreshed = True
-                continue
-            if not self._bounds.skipped(bucket, now):
-                rows = self._buckets.scan_visible(bucket, now, want - len(found))
-                found.extend(rows)
-                if not rows:
-                    self._bounds.note_idle(bucket, now)
-            bucket += 1
-        return found
 
     def visible_buckets(self, max_buckets: int, below: int | None) -> list[int]:
         """Live buckets holding at least one visible message, oldest first.

@@ -6,6 +6,8 @@
 * **Ids.** Ids come from blocks of the queue's monotonic sequence
   (``store/ids.py``); a message goes into bucket ``id // bucket_size`` with
   ``visible_at`` = now + delay.
+* **Lanes.** Each message gets its lane (``lanes.py``): from its key when
+  one is given, else the lane its handle and thread stick to.
 * **Repair.** A send that completes more than ``seal_delay`` after its ids
   were reserved reads the seal pointer; if its bucket was sealed in the
   meantime, it sends the message again under a new id. Because the sealer
@@ -33,6 +35,7 @@ from spark_queue.bounds import Bounds
 from spark_queue.config import QueueSettings, check_seconds
 from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import InvalidMessage, MessageTooLarge, SparkQueueError
+from spark_queue.lanes import StickyLane, lane_of
 from spark_queue.store.buckets import Buckets, LeaseWrite, NewMessage, now_ms
 from spark_queue.store.ids import IdBlocks
 from spark_queue.store.send_log import SendLog, SendState
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 
 Payload = bytes | bytearray | memoryview | str
 Headers = Mapping[str, str] | Sequence[Mapping[str, str] | None] | None
+Keys = str | Sequence[str | None] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,7 @@ class Outgoing:
     payload: bytes
     headers: Mapping[str, str]
     delay_ms: int
+    lane: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +112,7 @@ class Sender:
         self._name = name
         self._settings = settings
         self._check_alive = check_alive
+        self._sticky = StickyLane()
         self.ids = IdBlocks(
             store,
             buckets.queue_id,
@@ -126,8 +132,9 @@ class Sender:
         payloads: Sequence[Payload],
         headers: Headers,
         delay: float | Sequence[float],
+        key: Keys = None,
     ) -> list[Outgoing]:
-        """Check every message of a batch before anything is written."""
+        """Check every message of a batch before anything is written; give each its lane."""
         if isinstance(payloads, str | bytes | bytearray | memoryview):
             raise InvalidMessage(
                 f"payloads {payloads[:40]!r}: send_batch takes a list of payloads; use send()"
@@ -138,6 +145,15 @@ class Sender:
             raise InvalidMessage(f"payloads: {count} messages; a batch holds 1 to {MAX_BATCH}")
         header_list = _per_message("headers", headers, count)
         delay_list = _per_message("delay", delay, count)
+        lanes = self._settings().lanes
+        if key is None or isinstance(key, str):
+            shared_lane = self._sticky.lane(lanes) if key is None else lane_of(key, lanes)
+            lane_list = [shared_lane] * count
+        else:
+            lane_list = [
+                self._sticky.lane(lanes) if k is None else lane_of(k, lanes)  # type: ignore[arg-type]
+                for k in _per_message("key", key, count)
+            ]
         # One look at the settings and one check of a delay shared by the whole
         # batch: per message, these cost more than the write's own work (the sink
         # checks batches of a thousand).
@@ -150,8 +166,11 @@ class Sender:
                 self._payload_bytes(p, i, count, max_bytes),
                 _check_headers(h, i, count),
                 shared_delay if shared_delay is not None else self._delay_ms(d, i, count),
+                lane,
             )
-            for i, (p, h, d) in enumerate(zip(payloads, header_list, delay_list, strict=True))
+            for i, (p, h, d, lane) in enumerate(
+                zip(payloads, header_list, delay_list, lane_list, strict=True)
+            )
         ]
 
     def _payload_bytes(self, payload: object, index: int, count: int, max_bytes: int) -> bytes:
@@ -213,11 +232,15 @@ class Sender:
         return self.landed(outgoing, ids, pending=pending, now=now)
 
     def check_one(
-        self, payload: Payload, headers: Mapping[str, str] | None, delay: float
+        self,
+        payload: Payload,
+        headers: Mapping[str, str] | None,
+        delay: float,
+        key: str | None = None,
     ) -> Outgoing:
         """Check one message, and that the handle may still write (the producer's call)."""
         self._check_alive()
-        return self.check_batch([payload], headers, delay)[0]
+        return self.check_batch([payload], headers, delay, key)[0]
 
     def new_messages(
         self,
@@ -237,6 +260,7 @@ class Sender:
                 enqueued_at=now,
                 visible_at=expires_at if pending else now + o.delay_ms,
                 expires_at=expires_at,
+                lane=o.lane,
             )
             for (message_id, _), o in zip(ids, outgoing, strict=True)
         ]

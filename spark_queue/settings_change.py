@@ -11,8 +11,9 @@ is written.
 Every ``Queue`` handle re-reads its settings when they are older than
 ``SETTINGS_REFRESH`` seconds, on its next operation: an operation that starts
 ``SETTINGS_REFRESH`` seconds after ``update_queue`` returned uses the new
-settings, in every process. ``bucket_size`` and ``seal_delay`` are fixed: the
-ids, buckets and the repair of late writes of existing messages depend on them.
+settings, in every process. ``bucket_size``, ``seal_delay`` and ``lanes`` are
+fixed: the ids, buckets, lanes and the repair of late writes of existing
+messages depend on them.
 A new ``message_ttl`` applies to messages sent after the change; messages
 already in the queue keep the expiry they were sent with.
 """
@@ -38,7 +39,7 @@ CHANGEABLE = (
     "max_message_bytes",
 )
 #: Settings fixed at creation.
-FIXED = ("bucket_size", "seal_delay")
+FIXED = ("bucket_size", "seal_delay", "lanes")
 #: Conditional writes tried before giving up on a queue whose settings keep changing.
 UPDATE_ROUNDS = 20
 

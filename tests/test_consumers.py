@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from spark_queue import ConnectionSettings, QueueClient
+from spark_queue.lanes import lane_of
+from spark_queue.ownership import ttl_of
 
 pytestmark = pytest.mark.cassandra
 
@@ -35,8 +37,15 @@ def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
 
 
 def fill(client: QueueClient, name: str, **settings: object) -> set[int]:
-    queue = client.create_queue(name, bucket_size=100, order_hint=1, **settings)  # type: ignore[arg-type]
-    return set(queue.send_batch([str(i).encode() for i in range(MESSAGES)]))
+    """600 messages of 8 keys: one per lane of the queue's 8, so consumers can share them."""
+    queue = client.create_queue(name, bucket_size=100, order_hint=1, lanes=8, **settings)  # type: ignore[arg-type]
+    keys = [str(lane) for lane in range(8)]
+    assert sorted(lane_of(k, 8) for k in keys) == list(range(8))
+    return set(
+        queue.send_batch(
+            [str(i).encode() for i in range(MESSAGES)], key=[keys[i % 8] for i in range(MESSAGES)]
+        )
+    )
 
 
 def check(deliveries: Counter[int], acked: Counter[int], ids: set[int]) -> int:
@@ -124,11 +133,12 @@ def test_competing_consumer_processes_split_the_work(
 def test_consumer_killed_while_holding_messages_loses_nothing(
     keyspace: ConnectionSettings, client: QueueClient
 ) -> None:
-    # Given a consumer process holding 50 messages under a 3 s visibility timeout
-    visibility = 3.0
+    # Given a consumer process owning lanes for 3 s periods and holding 50 messages
+    # under a 3 s visibility timeout
+    visibility, period = 3.0, 3.0
     ids = fill(client, "killed", visibility_timeout=visibility)
     holder = subprocess.Popen(
-        _consumer(keyspace, "killed", "--hold", "50"),
+        _consumer(keyspace, "killed", "--hold", "50", "--lane-period", str(period)),
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -162,8 +172,9 @@ def test_consumer_killed_while_holding_messages_loses_nothing(
         acked.update(d.id for d in got if d.receipt not in stale)
 
     # Then every message, the killed consumer's too, was acked once, and its
-    # messages came back within the visibility timeout (plus slack for this busy machine)
+    # messages came back once both its leases and its lanes ran out (the lane's
+    # bound is ceil(period) + 1, ownership.py), plus slack for this busy machine
     assert set(acked) == ids
     assert max(acked.values()) == 1
     takeover = max(taken_over_at[i] for i in held)
-    assert takeover <= visibility + 5.0
+    assert takeover <= max(visibility, ttl_of(period)) + 5.0

@@ -20,8 +20,11 @@ from spark_queue import (
     QueueExists,
     QueueNotFound,
     StaleReceipt,
+    receiving,
 )
 from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.queue import Queue
+from spark_queue.store.buckets import now_ms
 from tests.helpers import drain
 
 pytestmark = pytest.mark.cassandra
@@ -333,14 +336,14 @@ def test_invalid_names_and_receive_arguments(client: QueueClient) -> None:
 
 @pytest.mark.parametrize("buckets", [None, [0]], ids=["shared", "named-buckets"])
 def test_message_acked_between_scan_and_lease_is_not_handed_out_again(
-    client: QueueClient, buckets: list[int] | None
+    client: QueueClient, buckets: list[int] | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a message whose first lease ran out, still held (unacked) by its first consumer
     queue = client.create_queue("acked-race", visibility_timeout=0.2)
     queue.send(b"once")
     (first,) = queue.receive(1)
     time.sleep(0.3)
-    scans = {"scan_visible": queue.buckets.scan_visible}
+    scans: dict[str, Any] = {"scan_visible": queue.buckets.scan_visible}
     scans["scan_candidates"] = queue.buckets.scan_candidates
     acked = threading.Event()
 
@@ -357,6 +360,8 @@ def test_message_acked_between_scan_and_lease_is_not_handed_out_again(
 
     for name in scans:  # whichever scan the receive uses
         setattr(queue.buckets, name, then_ack_first(name))
+    scans["scan_lane"] = receiving.scan_lane  # a plain consumer's scan of its lane
+    monkeypatch.setattr(receiving, "scan_lane", then_ack_first("scan_lane"))
 
     # When a second receive scans, then leases the (now acked) message
     again = queue.receive(1, buckets=buckets)
@@ -399,19 +404,21 @@ def test_two_consumers_racing_move_a_message_to_dead_letters_once(
     first_handle.send(b"poison")
     first_handle.receive(1)
     time.sleep(0.3)
+    # Only a lane's owner receives from it, so two consumers both decide to move
+    # one message only when the lane changes owner between a scan and the move:
+    # both then move what they scanned, at the same moment.
     with QueueClient(settings=keyspace) as other:
         handles = [first_handle, other.queue("race-poison")]
+        now = now_ms()
+        scanned = first_handle.buckets.scan_candidates(0, now, 10)
+        assert len(scanned) == 1
         meet = threading.Barrier(2, timeout=60)
-        for handle in handles:
-            move = handle._dead_letters.move
 
-            def meet_then_move(*args: Any, move: Any = move) -> int:
-                # both consumers scanned it and decided to move it: meet before either does
-                meet.wait()
-                return int(move(*args))
+        def meet_then_move(handle: Queue) -> None:
+            meet.wait()
+            handle._dead_letters.move(scanned, now)
 
-            handle._dead_letters.move = meet_then_move  # type: ignore[method-assign]
-        threads = [threading.Thread(target=h.receive, args=(1,)) for h in handles]
+        threads = [threading.Thread(target=meet_then_move, args=(h,)) for h in handles]
         for t in threads:
             t.start()
         for t in threads:

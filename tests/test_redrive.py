@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from spark_queue import ConnectionSettings, QueueClient, SparkQueueError
 from spark_queue.cli import main
 from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.ownership import ttl_of
 from spark_queue.queue import Queue
 from spark_queue.redrive import HEADER_REDRIVES, redriven_headers
 from tests.helpers import drain_deliveries
@@ -141,7 +142,7 @@ def test_bdq_dlq_redrive_killed_midway_and_run_again_moves_each_once(
     first.wait(10)
     moved_before = orders.stats().visible
     assert 0 < moved_before < 120, "the first run must be killed midway"
-    time.sleep(2.2)  # its leases end
+    time.sleep(ttl_of(2.0) + 0.2)  # its leases end, and its lanes (ownership.py's bound)
 
     # And run again to the end
     again = subprocess.run([*args, "--json"], capture_output=True, text=True, timeout=120)

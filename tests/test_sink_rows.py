@@ -52,3 +52,24 @@ def test_rows_fill_chunks_in_order() -> None:
     rows.extend(_Rows([4], [{"a": "b"}], [1.0]))
     assert rows.take(2) == _Rows([1, 2], [None, None], [0.0, 0.0])
     assert rows == _Rows([3, 4], [None, {"a": "b"}], [0.0, 1.0])
+
+
+def test_the_key_column_goes_with_each_row_to_its_queue() -> None:
+    batch = pa.RecordBatch.from_pydict(
+        {"payload": [b"a", b"b", b"c"], "queue": ["x", "y", "x"], "key": ["k1", None, "k2"]}
+    )
+    assert dict(_split(batch, None, 0, 0)) == {
+        "x": _Rows([b"a", b"c"], None, None, ["k1", "k2"]),
+        "y": _Rows([b"b"], None, None, [None]),
+    }
+    only_nulls = pa.RecordBatch.from_pydict(
+        {"payload": [b"a"], "key": pa.array([None], pa.string())}
+    )
+    assert list(_split(only_nulls, "d", 0, 0)) == [("d", _Rows([b"a"], None, None))]
+
+
+def test_keys_fill_chunks_in_order() -> None:
+    rows = _Rows([1, 2], None, None)
+    rows.extend(_Rows([3], None, None, ["k"]))
+    assert rows.take(2) == _Rows([1, 2], None, None, [None, None])
+    assert rows == _Rows([3], None, None, ["k"])

@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark_queue import ConnectionSettings, QueueClient
+from spark_queue.lanes import lane_of
 from spark_queue.queue import Queue
 from spark_queue.spark.options import connector_options
 
@@ -53,6 +54,27 @@ def test_rows_are_routed_by_queue_column_with_headers_and_delay(
     assert consume(client.queue("b")) == [(b"two", {})]
     assert consume(client.queue("default")) == [(b"three", {"k": "3"})]
     assert client.queue("a").stats().delayed == 1
+
+
+def test_the_key_column_puts_each_row_in_its_keys_lane(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient
+) -> None:
+    queue = client.create_queue("keyed-sink", lanes=8)
+    df = spark.createDataFrame(
+        [(f"m{i}", f"user-{i % 3}") for i in range(12)], "payload string, key string"
+    ).repartition(3)
+
+    df.write.format("bdq").options(**connector_options(keyspace)).option(
+        "queue", "keyed-sink"
+    ).option("writerId", "keyed").mode("append").save()
+
+    rows = queue.buckets.store.rows(
+        "SELECT payload, lane FROM {ks}.messages WHERE queue_id = ? AND bucket = 0",
+        (queue.queue_id,),
+    )
+    assert sorted((bytes(p), lane) for p, lane in rows) == sorted(
+        (f"m{i}".encode(), lane_of(f"user-{i % 3}", 8)) for i in range(12)
+    )
 
 
 def test_writer_id_makes_a_repeated_write_send_nothing(

@@ -10,6 +10,7 @@ from rich.table import Table
 from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
+from spark_queue.ownership import MIN_PERIOD, check_period
 
 
 @click.group(cls=CommandGroup)
@@ -40,11 +41,14 @@ def redrive(
     """Move the messages of DLQ back to the queue each came from (or --to), each at most once.
 
     Payload and headers go back without the dead-letter headers, with
-    bdq-redrive-count. Killed midway, run it again (after --visibility-timeout):
-    messages already sent are only acked, not sent twice.
+    bdq-redrive-count. Killed midway, run it again (after --visibility-timeout,
+    and at least 2 s: its lanes are owned for as long, plus a second): messages
+    already sent are only acked, not sent twice.
     """
     with QueueClient(settings=settings) as client:
         queue = client.queue(dead_letter_queue)
+        # A killed run's lanes free up with its leases, not after the default lane period.
+        queue.lanes.period = check_period(max(MIN_PERIOD, visibility_timeout))
         total = max_messages or queue.stats().visible
         columns = (
             TextColumn("redriving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()

@@ -61,6 +61,10 @@ def queue() -> None:
 @click.option(
     "--seal-delay", type=float, default=defaults.SEAL_DELAY, show_default=True, help="Seconds."
 )
+@click.option(
+    "--lanes", type=int, default=defaults.LANES, show_default=True,
+    help="Units of order: up to this many consumers receive side by side (fixed).",
+)  # fmt: skip
 @click.option("--exist-ok", is_flag=True, help="Succeed if the queue exists already.")
 @connection_options
 def create(settings: ConnectionSettings, name: str, exist_ok: bool, **queue_settings: Any) -> None:
@@ -86,6 +90,7 @@ def create(settings: ConnectionSettings, name: str, exist_ok: bool, **queue_sett
 @click.option("--max-message-bytes", type=int, help="Largest payload accepted.")
 @click.option("--bucket-size", type=int, hidden=True)  # refused by name: fixed at creation
 @click.option("--seal-delay", type=float, hidden=True)  # likewise
+@click.option("--lanes", type=int, hidden=True)  # likewise
 @connection_options
 @json_option
 def update(
@@ -242,6 +247,7 @@ def watch_table(render: Callable[[], RenderableType], interval: float) -> None:
 @click.argument("messages", nargs=-1)
 @click.option("--header", "-H", "headers", multiple=True, help="key=value, repeatable.")
 @click.option("--delay", type=float, default=0.0, help="Seconds before the messages show.")
+@click.option("--key", default=None, help="Unit of order: a key's messages arrive in order.")
 @connection_options
 @json_option
 def send(
@@ -250,6 +256,7 @@ def send(
     messages: Sequence[str],
     headers: Sequence[str],
     delay: float,
+    key: str | None,
     as_json: bool,
 ) -> None:
     """Send MESSAGE(s) to QUEUE; '-' reads one message per line from stdin.
@@ -265,11 +272,13 @@ def send(
     with QueueClient(settings=settings) as client:
         q = client.queue(queue_name)
         if stdin:
-            ids = _send_lines(q, sys.stdin, header_map, delay)
+            ids = _send_lines(q, sys.stdin, header_map, delay, key)
         else:
             ids = []
             for start in range(0, len(messages), 1000):
-                ids += q.send_batch(messages[start : start + 1000], headers=header_map, delay=delay)
+                ids += q.send_batch(
+                    messages[start : start + 1000], headers=header_map, delay=delay, key=key
+                )
     if not ids:
         raise InvalidSetting("messages: stdin was empty; give at least one line")
     if as_json:
@@ -343,14 +352,16 @@ def dead_letter_reason(headers: Mapping[str, str]) -> str:
 
 
 def _send_lines(
-    queue: Queue, lines: Iterable[str], headers: dict[str, str], delay: float
+    queue: Queue, lines: Iterable[str], headers: dict[str, str], delay: float, key: str | None
 ) -> list[int]:
     """Send each line as a message through a producer; return the ids in line order."""
     futures: list[Future[int]] = []
     with queue.producer() as producer:
         for number, line in enumerate(lines, start=1):
             try:
-                futures.append(producer.send(line.rstrip("\n"), headers=headers, delay=delay))
+                futures.append(
+                    producer.send(line.rstrip("\n"), headers=headers, delay=delay, key=key)
+                )
             except InvalidSetting as e:
                 producer.close()  # what came before is sent, not dropped
                 raise InvalidMessage(

@@ -2,7 +2,9 @@
 
 Columns: ``payload`` (binary or string, required), ``queue`` (string: routes the
 row; the ``queue`` option is the default), ``headers`` (map<string,string>),
-``delay_ms`` (bigint or int). Any other column is refused when the query starts.
+``delay_ms`` (bigint or int), ``key`` (string: the unit of order, ``lanes.py``;
+null or absent: the lane of the task's thread). Any other column is refused when
+the query starts.
 
 Guarantees:
 
@@ -60,10 +62,11 @@ _ACCEPTED: dict[str, tuple[type[DataType], ...]] = {
     "queue": (StringType,),
     "headers": (MapType,),
     "delay_ms": (LongType, IntegerType),
+    "key": (StringType,),
 }
 _COLUMN_HELP = (
     "payload (binary or string, required), queue (string), headers (map<string,string>),"
-    " delay_ms (bigint)"
+    " delay_ms (bigint), key (string)"
 )
 
 
@@ -131,7 +134,7 @@ def write_batches(
         queue = queues.get(name) or queues.setdefault(name, open_queue(options.connection, name))
         delays: float | list[float] = rows.delays if rows.delays is not None else 0.0
         if writer is None:
-            queue.send_batch(rows.payloads, headers=rows.headers, delay=delays)
+            queue.send_batch(rows.payloads, headers=rows.headers, delay=delays, key=rows.keys)
         else:
             queue.send_batch_once(
                 writer,
@@ -141,6 +144,7 @@ def write_batches(
                 headers=rows.headers,
                 delay=delays,
                 chunk=chunks[name],
+                key=rows.keys,
             )
         chunks[name] += 1
         sent.sent[name] = sent.sent.get(name, 0) + len(rows.payloads)
@@ -163,13 +167,14 @@ def write_batches(
 class _Rows:
     """Rows bound for one queue, as the columns ``send_batch`` takes.
 
-    ``headers`` and ``delays`` stay None while no row has any (the common case:
-    nothing per row to convert or check).
+    ``headers``, ``delays`` and ``keys`` stay None while no row has any (the
+    common case: nothing per row to convert or check).
     """
 
     payloads: list[Any]
     headers: list[dict[str, str] | None] | None
     delays: list[float] | None
+    keys: list[str | None] | None = None
 
     def extend(self, other: _Rows) -> None:
         n = len(self.payloads)
@@ -180,6 +185,8 @@ class _Rows:
             )
         if other.delays is not None or self.delays is not None:
             self.delays = (self.delays or [0.0] * n) + (other.delays or [0.0] * len(other.payloads))
+        if other.keys is not None or self.keys is not None:
+            self.keys = (self.keys or [None] * n) + (other.keys or [None] * len(other.payloads))
 
     def take(self, count: int) -> _Rows:
         """The first ``count`` rows, removed from these."""
@@ -187,12 +194,15 @@ class _Rows:
             self.payloads[:count],
             None if self.headers is None else self.headers[:count],
             None if self.delays is None else self.delays[:count],
+            None if self.keys is None else self.keys[:count],
         )
         del self.payloads[:count]
         if self.headers is not None:
             del self.headers[:count]
         if self.delays is not None:
             del self.delays[:count]
+        if self.keys is not None:
+            del self.keys[:count]
         return head
 
 
@@ -234,6 +244,11 @@ def _split(
         column = batch.column(names.index("headers"))
         if column.null_count < count:
             headers = [dict(h) if h else None for h in column.to_pylist()]
+    keys: list[str | None] | None = None
+    if "key" in names:
+        key_column = batch.column(names.index("key"))
+        if key_column.null_count < count:
+            keys = key_column.to_pylist()
     payloads = payload.to_pylist()
     target = batch.column(names.index("queue")) if "queue" in names else None
     if target is not None and target.null_count and default_queue is None:
@@ -243,7 +258,7 @@ def _split(
         )
     if target is None or target.null_count == count:
         assert default_queue is not None  # check_sink_schema demands one without the column
-        yield default_queue, _Rows(payloads, headers, delays)
+        yield default_queue, _Rows(payloads, headers, delays, keys)
         return
     by_queue: dict[str, list[int]] = defaultdict(list)
     for index, name in enumerate(target.to_pylist()):
@@ -257,6 +272,7 @@ def _split(
                 [payloads[i] for i in indexes],
                 None if headers is None else [headers[i] for i in indexes],
                 None if delays is None else [delays[i] for i in indexes],
+                None if keys is None else [keys[i] for i in indexes],
             ),
         )
 

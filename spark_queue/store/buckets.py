@@ -35,8 +35,8 @@ _COLUMNS = (
 )
 INSERT = (
     "INSERT INTO {ks}.messages (queue_id, bucket, id, payload, headers, enqueued_at, visible_at,"
-    " expires_at, delivery_count, lease, acked, payload_bytes)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, false, ?) USING TTL ?"
+    " expires_at, delivery_count, lease, acked, payload_bytes, lane)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, false, ?, ?) USING TTL ?"
 )
 SCAN_VISIBLE = (
     f"SELECT {_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ?"
@@ -137,6 +137,7 @@ class NewMessage:
     enqueued_at: int
     visible_at: int
     expires_at: int
+    lane: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +249,7 @@ class Buckets:
             m.visible_at,
             m.expires_at,
             len(m.payload),
+            m.lane,
             ttl_left(m.expires_at, now),
         )
 
@@ -486,6 +488,10 @@ class Buckets:
         """The unacked messages of ``bucket`` whose current lease is ``lease``, payloads too."""
         rows = self._scan(SCAN_LEASED, (self.queue_id, bucket, lease), bucket)
         return [m for row in rows if (m := _stored(row, bucket)) is not None]
+
+    def scan_rows(self, cql: str, params: Sequence[Any], bucket: int) -> list[tuple[Any, ...]]:
+        """Run another module's scan of one bucket (``store/lane_scans.py``), traced alike."""
+        return self._scan(cql, params, bucket)
 
     def _scan(self, cql: str, params: Sequence[Any], bucket: int) -> list[tuple[Any, ...]]:
         """Run a scan of one bucket, traced by Cassandra inside ``traced_scans``."""
@@ -772,3 +778,9 @@ def visible_sizes(
     unknown = [row[0] for row in rows if row[1] is None]
     read = {m.id: len(m.payload) for m, _ in buckets.read(bucket, unknown)} if unknown else {}
     return [(row[0], read.get(row[0], 0) if row[1] is None else row[1]) for row in rows]
+
+
+#: The columns of a whole message, and the reading of such a row, for other
+#: scans of messages (``store/lane_scans.py``).
+MESSAGE_COLUMNS = _COLUMNS
+stored_message = _stored

@@ -80,6 +80,14 @@ SERIAL_READ = "bdq-serial-read"
 
 Params = Sequence[Any]
 
+#: ``(table, column, type)`` added to schema.cql after its first release: older
+#: keyspaces get them by ALTER, and their older rows hold none.
+ADDED_COLUMNS = (
+    ("messages", "payload_bytes", "int"),
+    ("messages", "lane", "int"),
+    ("queues", "lanes", "int"),
+)
+
 
 class Store:
     """A session on one keyspace with the queue schema in place.
@@ -137,11 +145,16 @@ class Store:
             "send_log",
             "bucket_counts",
             "ownership",
+            "lane_ownership",
         }
         tables = metadata.tables if metadata is not None else {}
-        # A messages table made before the size column (schema.cql) gets it added.
-        old_messages = "messages" in tables and "payload_bytes" not in tables["messages"].columns
-        if metadata is not None and wanted <= set(tables) and not old_messages:
+        # Tables made before a column of schema.cql get it added (ALTER below).
+        added = [
+            (table, column, kind)
+            for table, column, kind in ADDED_COLUMNS
+            if table in tables and column not in tables[table].columns
+        ]
+        if metadata is not None and wanted <= set(tables) and not added:
             return
         if metadata is None:
             self.execute_ddl(
@@ -150,9 +163,9 @@ class Store:
             )
         for statement in schema_statements(self.keyspace):
             self.execute_ddl(statement)
-        if old_messages:
+        for table, column, kind in added:
             self.execute_ddl(
-                f"ALTER TABLE {self.keyspace}.messages ADD IF NOT EXISTS payload_bytes int"
+                f"ALTER TABLE {self.keyspace}.{table} ADD IF NOT EXISTS {column} {kind}"
             )
 
     def execute_ddl(self, cql: str) -> None:

@@ -24,9 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=2.0)
     parser.add_argument("--hold", type=int, default=0)
     parser.add_argument("--start-at", type=float, default=0.0, help="wall time to start at")
+    parser.add_argument("--lane-period", type=float, default=0.0, help="seconds lanes are owned")
     args = parser.parse_args(argv)
     with QueueClient(hosts=args.hosts, keyspace=args.keyspace) as client:
         queue = client.queue(args.queue)
+        if args.lane_period:
+            queue.lanes.period = args.lane_period
         if args.hold:
             held = queue.receive(args.hold, wait=10.0)
             for d in held:

@@ -1,0 +1,71 @@
+"""The CQL of lanes in a bucket: a lane's visible messages, and which lanes have some.
+
+Both filter inside one bucket partition (``ALLOW FILTERING`` reads that
+partition only, as the other scans of ``buckets.py`` do). A queue of one lane
+reads without the lane filter: its rows may predate the ``lane`` column
+(``QueueSettings.lanes``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spark_queue.store.buckets import MESSAGE_COLUMNS, Buckets, StoredMessage, stored_message
+
+SCAN_LANE = (
+    f"SELECT {MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ?"
+    " AND lane = ? AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
+)
+SCAN_LANE_AFTER = (
+    f"SELECT {MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id > ?"
+    " AND lane = ? AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
+)
+LANE_UNACKED = (
+    "SELECT toUnixTimestamp(visible_at) FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
+    " AND lane = ? AND acked = false ALLOW FILTERING"
+)
+BUSY_LANES = (
+    "SELECT lane FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
+    " AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
+)
+
+
+def scan_lane(
+    buckets: Buckets,
+    bucket: int,
+    lane: int,
+    lanes: int,
+    now: int,
+    limit: int,
+    after: int | None = None,
+) -> list[StoredMessage]:
+    """Up to ``limit`` unacked messages of ``lane`` in ``bucket`` visible at ``now``, by id.
+
+    ``after`` skips ids up to and including it: the partition is read from
+    there, not from its first row.
+    """
+    if lanes == 1:
+        return buckets.scan_visible(bucket, now, limit, after)
+    params: tuple[Any, ...]
+    if after is None:
+        cql, params = SCAN_LANE, (buckets.queue_id, bucket, lane, now, limit)
+    else:
+        cql, params = SCAN_LANE_AFTER, (buckets.queue_id, bucket, after, lane, now, limit)
+    rows = buckets.scan_rows(cql, params, bucket)
+    return [m for row in rows if (m := stored_message(row, bucket)) is not None]
+
+
+def busy_lanes(buckets: Buckets, bucket: int, now: int) -> set[int]:
+    """The lanes with a visible message in ``bucket`` (no payloads read; no lane: lane 0)."""
+    rows = buckets.store.rows(
+        BUSY_LANES, (buckets.queue_id, bucket, now, buckets.bucket_size), what="looking for lanes"
+    )
+    return {row[0] or 0 for row in rows}
+
+
+def lane_visible_at(buckets: Buckets, bucket: int, lane: int) -> list[int]:
+    """When each unacked message of ``lane`` in ``bucket`` becomes visible (ms; no payloads)."""
+    rows = buckets.store.rows(
+        LANE_UNACKED, (buckets.queue_id, bucket, lane), what="looking at a lane"
+    )
+    return [row[0] for row in rows if row[0] is not None]

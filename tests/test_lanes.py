@@ -1,0 +1,235 @@
+"""Lanes (spark_queue/lanes.py): a key's messages in one lane, each lane owned by one consumer.
+
+The pure logic (lane of a key, sticky lanes, the fair-share choice) runs
+without Cassandra; the rest on the shared node, with short lane periods so
+that takeovers happen within seconds.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from spark_queue import ConnectionSettings, InvalidMessage, InvalidSetting, QueueClient
+from spark_queue.cli import main
+from spark_queue.lanes import StickyLane, choose_free_lane, lane_of
+from spark_queue.ownership import ttl_of
+
+cassandra = pytest.mark.cassandra
+
+# -- pure logic --------------------------------------------------------------------------
+
+
+def test_lane_of_a_key_is_its_crc32_modulo_the_lanes() -> None:
+    # crc32(b"a") = 0xE8B7BE43: lane 3 of 8, lane 67 of 1000 (any process, any run)
+    assert lane_of("a", 8) == 0xE8B7BE43 % 8 == 3
+    assert lane_of("a", 1000) == 0xE8B7BE43 % 1000
+    assert lane_of("a", 1) == 0
+    assert {lane_of(str(i), 8) for i in range(1000)} == set(range(8))
+
+
+def test_a_key_that_is_not_a_string_is_refused() -> None:
+    with pytest.raises(InvalidMessage, match="key 7: must be a str"):
+        lane_of(7, 8)  # type: ignore[arg-type]
+
+
+def test_a_thread_sticks_to_its_lane_and_threads_of_a_process_get_different_ones() -> None:
+    sticky = StickyLane()
+    mine = sticky.lane(8)
+    assert [sticky.lane(8) for _ in range(5)] == [mine] * 5
+    others: list[int] = []
+    threads = [threading.Thread(target=lambda: others.append(sticky.lane(8))) for _ in range(3)]
+    for t in threads:
+        t.start()
+        t.join()  # one after the other: the round robin hands out consecutive lanes
+    assert len({mine, *others}) == 4
+
+
+def test_fair_share_takes_a_busy_lane_nobody_owns() -> None:
+    rng = random.Random(7)
+    assert choose_free_lane([1, 2, 3], {1: "a", 2: "b"}, rng) == 3
+    assert choose_free_lane([1, 2], {1: "a", 2: "b"}, rng) is None  # all owned: wait
+    assert choose_free_lane([], {}, rng) is None  # nothing to receive
+    picks = {choose_free_lane([4, 5, 6], {}, rng) for _ in range(50)}
+    assert picks == {4, 5, 6}  # at random, so consumers looking together mostly differ
+
+
+@cassandra
+def test_lanes_setting_is_bounded(client: QueueClient) -> None:
+    with pytest.raises(InvalidSetting, match="lanes 0: must be a whole number from 1 to 1024"):
+        client.create_queue("no-lanes", lanes=0)
+    client.create_queue("fixed-lanes", lanes=4)
+    with pytest.raises(InvalidSetting, match="lanes 2: cannot change after a queue is created"):
+        client.update_queue("fixed-lanes", lanes=2)
+
+
+# -- on Cassandra --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
+    with QueueClient(settings=keyspace) as c:
+        yield c
+
+
+def stored_lanes(client: QueueClient, name: str) -> dict[int, int | None]:
+    """``id -> lane`` as stored in the messages table."""
+    queue = client.queue(name)
+    rows = queue.buckets.store.rows(
+        "SELECT id, lane FROM {ks}.messages WHERE queue_id = ? AND bucket = 0",
+        (queue.queue_id,),
+    )
+    return {row[0]: row[1] for row in rows}
+
+
+@cassandra
+def test_a_keys_messages_share_its_lane_and_arrive_in_order(client: QueueClient) -> None:
+    # Given messages of two keys, interleaved, and keyless ones from this thread
+    queue = client.create_queue("keyed", lanes=8)
+    keys = ["alpha", "beta"] * 10
+    ids = [queue.send(f"{k}-{n}", key=k) for n, k in enumerate(keys)]
+    ids += queue.send_batch([b"x", b"y"])
+
+    # Then each is stored in its key's lane (keyless: this thread's lane, both alike)
+    lanes = stored_lanes(client, "keyed")
+    assert [lanes[i] for i in ids[:20]] == [lane_of(k, 8) for k in keys]
+    assert lanes[ids[20]] == lanes[ids[21]]
+
+    # And one consumer receives each key's messages in the order they were sent
+    got = [d for batch in iter(lambda: queue.receive(3, wait=2.0), []) for d in batch]
+    queue.ack_batch([d.receipt for d in got])
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for d in got:
+        by_key[d.payload.decode().split("-")[0]].append(d.id)
+    assert sorted(d.id for d in got) == sorted(ids)
+    assert all(seq == sorted(seq) for seq in by_key.values())
+
+
+@cassandra
+@pytest.mark.parametrize("consumers", [2, 3])
+def test_competing_consumers_own_different_lanes_and_keep_each_keys_order(
+    keyspace: ConnectionSettings, client: QueueClient, consumers: int
+) -> None:
+    # Given 300 messages of three keys in three different lanes
+    name = f"share-{consumers}"
+    queue = client.create_queue(name, lanes=8, visibility_timeout=60)
+    keys = ["0", "1", "2"]
+    assert len({lane_of(k, 8) for k in keys}) == 3
+    ids = queue.send_batch(
+        [f"{i}".encode() for i in range(300)], key=[keys[i % 3] for i in range(300)]
+    )
+    arrivals: list[tuple[int, str]] = []
+    acked: Counter[int] = Counter()
+    owned: list[list[int]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(consumers)
+
+    def consume() -> None:
+        with QueueClient(settings=keyspace) as own:
+            handle = own.queue(name)
+            start.wait()
+            idle_since = time.monotonic()
+            most: list[int] = []
+            while time.monotonic() - idle_since < 3.0:
+                got = handle.receive(10)
+                if len(handle.lanes.owned()) > len(most):
+                    most = handle.lanes.owned()
+                if not got:
+                    time.sleep(0.05)
+                    continue
+                idle_since = time.monotonic()
+                time.sleep(0.05)  # the work: each lane takes a consumer at least half a second
+                stale = set(handle.ack_batch([d.receipt for d in got], strict=False))
+                with lock:
+                    arrivals.extend((d.id, keys[int(d.payload) % 3]) for d in got)
+                    acked.update(d.id for d in got if d.receipt not in stale)
+            with lock:
+                owned.append(most)
+
+    threads = [threading.Thread(target=consume) for _ in range(consumers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+
+    # Then nothing was lost, each message acked once, duplicates bounded
+    assert set(acked) == set(ids) and max(acked.values()) == 1
+    assert len(arrivals) - len(set(arrivals)) <= len(ids) // 100
+    # And each key's messages arrived in order, across consumers
+    for key in keys:
+        seq = [i for i, k in arrivals if k == key]
+        assert seq == sorted(seq), f"key {key!r} out of order"
+    # And the consumers shared the lanes (which ones got lanes is a race: a
+    # consumer that drained its lane takes a free one before a slower one looks)
+    assert len(owned) == consumers and sum(1 for lanes in owned if lanes) >= 2, owned
+
+
+@cassandra
+def test_closing_a_client_gives_its_lanes_to_the_next_consumer_at_once(
+    keyspace: ConnectionSettings, client: QueueClient
+) -> None:
+    queue = client.create_queue("handover", lanes=4, visibility_timeout=0.5)
+    ids = queue.send_batch([b"a", b"b", b"c"], key="k")
+    with QueueClient(settings=keyspace) as first:
+        (one,) = first.queue("handover").receive(1)
+        first.queue("handover").ack(one.receipt)
+    # the first client closed: its lane is free now, not after its period
+    began = time.monotonic()
+    rest = queue.receive(10, wait=5.0)
+    assert [d.id for d in rest] == ids[1:]
+    assert time.monotonic() - began < 5.0  # not after a lane period (10 s): at its first look
+
+
+@cassandra
+def test_a_consumer_that_stops_renewing_loses_its_lanes_after_the_period(
+    keyspace: ConnectionSettings, client: QueueClient
+) -> None:
+    # Given a consumer owning a lane for 2 s periods, that stops (no close, no renewal)
+    period = 2.0
+    queue = client.create_queue("takeover", lanes=4, visibility_timeout=60)
+    ids = queue.send_batch([str(i).encode() for i in range(20)], key="k")
+    gone = QueueClient(settings=keyspace)
+    stopped = gone.queue("takeover")
+    stopped.lanes.period = period
+    first = stopped.receive(5)
+    stopped.ack_batch([d.receipt for d in first])
+    stopped_at = time.monotonic()
+    assert stopped.lanes.owned() == [lane_of("k", 4)]
+
+    # When another consumer keeps receiving
+    got = []
+    while len(got) < 15 and time.monotonic() - stopped_at < 30:
+        batch = queue.receive(10)
+        if not batch:
+            time.sleep(0.1)
+            continue
+        got.extend(batch)
+        queue.ack_batch([d.receipt for d in batch])
+    waited = time.monotonic() - stopped_at
+
+    # Then it takes the lane over once the row expired, nothing lost, order kept
+    assert [d.id for d in got] == ids[5:]
+    assert waited >= period - 0.5  # not before the period
+    assert waited <= ttl_of(period) + 5.0  # the bound, plus slack for this busy machine
+    gone.close()
+
+
+@cassandra
+def test_cli_creates_a_queue_of_lanes_and_sends_by_key(
+    keyspace: ConnectionSettings, client: QueueClient
+) -> None:
+    where = ["--hosts", ",".join(str(h) for h in keyspace.hosts), "--keyspace", keyspace.keyspace]
+    runner = CliRunner()
+    created = runner.invoke(main, ["queue", "create", "cli-lanes", "--lanes", "4", *where])
+    assert created.exit_code == 0, created.output
+    sent = runner.invoke(main, ["send", "cli-lanes", "a", "b", "--key", "user-9", *where])
+    assert sent.exit_code == 0, sent.output
+
+    assert client.queue("cli-lanes").settings.lanes == 4
+    assert set(stored_lanes(client, "cli-lanes").values()) == {lane_of("user-9", 4)}
