@@ -55,6 +55,8 @@ LANE_PERIOD = 10.0
 #: Seconds a consumer with nothing to receive waits before looking for free lanes again;
 #: doubled after each fruitless look up to ``LANE_LOOK_PAUSE_MAX``.
 LANE_LOOK_PAUSE = 0.2
+#: Free lanes one look tries to take, oldest first, when others take them first.
+LANE_TRIES = 3
 #: Longest pause between two looks for free lanes (a consumer with nothing to do).
 LANE_LOOK_PAUSE_MAX = 2.0
 #: Head buckets a look for free lanes reads (lane and visibility columns only).

@@ -23,11 +23,13 @@ group at a time, in order. Here that unit is the **lane**.
   short (or that owns none) looks for lanes with visible messages that no
   live consumer owns (the owners' one partition, then the lane and
   visibility columns of a few head buckets, no payloads) and takes ONE of
-  them, chosen at random; so three consumers on three busy lanes end up with
-  one each. After a fruitless look it waits ``LANE_LOOK_PAUSE`` seconds
-  before the next, doubling up to ``LANE_LOOK_PAUSE_MAX``. A consumer owning
-  busy lanes takes one more free busy lane per renewal, so a lone consumer
-  ends up serving all of them. When every lane with messages is owned by
+  them: the free lane of the oldest visible message first, the next one when
+  another consumer took that first; so three consumers on three busy lanes
+  end up with one each, and a lone consumer takes lanes oldest first. After
+  a fruitless look it waits ``LANE_LOOK_PAUSE`` seconds before the next,
+  doubling up to ``LANE_LOOK_PAUSE_MAX``. A consumer owning busy lanes takes
+  one more free busy lane per renewal, so a lone consumer ends up serving all
+  of them. When every lane with messages is owned by
   others, a consumer receives nothing and waits (Kafka: consumers beyond the
   number of partitions idle).
 * **Takeover.** An owner that stops renewing (crash, SIGKILL, lost network)
@@ -52,7 +54,7 @@ import zlib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from spark_queue.defaults import LANE_LOOK_PAUSE, LANE_LOOK_PAUSE_MAX, LANE_PERIOD
+from spark_queue.defaults import LANE_LOOK_PAUSE, LANE_LOOK_PAUSE_MAX, LANE_PERIOD, LANE_TRIES
 from spark_queue.errors import InvalidMessage
 from spark_queue.ownership import Key, Ownership, check_period, new_owner
 from spark_queue.store.session import Store
@@ -68,10 +70,17 @@ BusyLanes = Callable[[Collection[int]], Collection[int]]
 _next_lane = itertools.count(random.randrange(1 << 16))
 
 
+def check_key(key: object) -> str | None:
+    """``key`` if it may key one message (a str, or None); else InvalidMessage."""
+    if key is not None and not isinstance(key, str):
+        raise InvalidMessage(f"key {key!r}: must be a str (the unit of order), or None")
+    return key
+
+
 def lane_of(key: str, lanes: int) -> int:
     """The lane of a message sent with ``key``: ``crc32(key) % lanes`` (stable everywhere)."""
-    if not isinstance(key, str):
-        raise InvalidMessage(f"key {key!r}: must be a str (the unit of order), or None")
+    if check_key(key) is None:
+        raise InvalidMessage("key None: a lane of a key needs a str")
     return zlib.crc32(key.encode("utf-8")) % lanes
 
 
@@ -89,18 +98,15 @@ class StickyLane:
         return int(n % lanes)
 
 
-def choose_free_lane(
-    busy: Iterable[int], owners: Collection[int], rng: random.Random
-) -> int | None:
-    """One lane with visible messages that no live consumer owns, at random; None if none.
+def free_lanes(busy: Iterable[int], owners: Collection[int]) -> list[int]:
+    """The lanes with visible messages that no live consumer owns, in ``busy``'s order.
 
-    Random, so that consumers looking at the same time mostly pick different
-    lanes (the loser of a collision looks again later).
+    ``busy`` lists the lane of the oldest visible message first, so a lone
+    consumer takes the queue's lanes oldest first (close to the send order
+    across lanes), and consumers looking at once try the same lane, one wins
+    it and the others go on to the next.
     """
-    free = sorted({lane for lane in busy if lane not in owners})
-    if not free:
-        return None
-    return rng.choice(free)
+    return [lane for lane in dict.fromkeys(busy) if lane not in owners]
 
 
 @dataclass
@@ -222,17 +228,16 @@ class LaneOwner:
                 del self._owned[lane]
         if len(owners) >= self.lanes:
             return None  # every lane owned: no need to read the buckets
-        free = choose_free_lane(busy_lanes(set(owners)), owners, self.rng)
-        if free is None:
-            return None
-        grant = self._ownership.take(self.owner, [(LANE_GROUP, free)], self.period)
-        if not grant.keys:
-            return None  # another consumer took it first
-        with self._lock:
-            self._owned[free] = OwnedLane(grant.until, time.monotonic())
-            if len(self._owned) == 1:
-                self._renew_at = time.monotonic() + self.period / 3
-        return free
+        for free in free_lanes(busy_lanes(set(owners)), owners)[:LANE_TRIES]:
+            grant = self._ownership.take(self.owner, [(LANE_GROUP, free)], self.period)
+            if not grant.keys:
+                continue  # another consumer took it first: try the next one
+            with self._lock:
+                self._owned[free] = OwnedLane(grant.until, time.monotonic())
+                if len(self._owned) == 1:
+                    self._renew_at = time.monotonic() + self.period / 3
+            return free
+        return None
 
     def release_all(self) -> list[Key]:
         """Give every lane up at once (the client closes): others take them without waiting."""

@@ -57,7 +57,7 @@ from spark_queue.errors import (
     SparkQueueError,
     StaleReceipt,
 )
-from spark_queue.lanes import LaneOwner
+from spark_queue.lanes import LaneOwner, check_key
 from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Message, QueueStats, Receipt, new_lease
 from spark_queue.metrics import QueueCounters
@@ -173,7 +173,7 @@ class Queue:
                 (``lanes.py``) and are received in order. Default: the lane
                 this handle and thread stick to.
         """
-        return self.send_batch([payload], headers=headers, delay=delay, key=key)[0]
+        return self.send_batch([payload], headers=headers, delay=delay, key=check_key(key))[0]
 
     def send_async(
         self,

@@ -317,13 +317,13 @@ class Receiver:
         self._lane_idle = {k: t for k, t in self._lane_idle.items() if k[1] != bucket}
         self._lane_floor.clear()
 
-    def _busy_lanes(self, owned: Collection[int], now: int) -> set[int]:
-        """Lanes with visible messages in the first head buckets that hold any.
+    def _busy_lanes(self, owned: Collection[int], now: int) -> list[int]:
+        """Lanes with visible messages in the first head buckets that hold any, oldest first.
 
         Stops at a bucket showing a lane not ``owned``; buckets without a
         visible message are noted idle and passed over, not counted.
         """
-        busy: set[int] = set()
+        busy: dict[int, None] = {}  # ordered: the lane of the oldest visible message first
         bucket, read = self._bounds.head, 0
         self._bounds.refresh_tail()
         while read < LANE_LOOK_BUCKETS and bucket <= self._bounds.last_bucket():
@@ -332,12 +332,12 @@ class Receiver:
                 if not found:  # nothing visible in any lane: skip it, and it does not count
                     self._bounds.note_idle(bucket, now)
                 else:
-                    busy |= found
+                    busy.update(dict.fromkeys(found))
                     read += 1
-                    if busy - set(owned):
+                    if set(busy) - set(owned):
                         break
             bucket += 1
-        return busy
+        return list(busy)
 
     def receive_named(
         self,

@@ -35,7 +35,7 @@ from spark_queue.bounds import Bounds
 from spark_queue.config import QueueSettings, check_seconds
 from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import InvalidMessage, MessageTooLarge, SparkQueueError
-from spark_queue.lanes import StickyLane, lane_of
+from spark_queue.lanes import StickyLane, check_key, lane_of
 from spark_queue.store.buckets import Buckets, LeaseWrite, NewMessage, now_ms
 from spark_queue.store.ids import IdBlocks
 from spark_queue.store.send_log import SendLog, SendState
@@ -240,7 +240,7 @@ class Sender:
     ) -> Outgoing:
         """Check one message, and that the handle may still write (the producer's call)."""
         self._check_alive()
-        return self.check_batch([payload], headers, delay, key)[0]
+        return self.check_batch([payload], headers, delay, check_key(key))[0]
 
     def new_messages(
         self,

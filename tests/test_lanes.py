@@ -7,7 +7,6 @@ that takeovers happen within seconds.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections import Counter, defaultdict
@@ -18,7 +17,7 @@ from click.testing import CliRunner
 
 from spark_queue import ConnectionSettings, InvalidMessage, InvalidSetting, QueueClient
 from spark_queue.cli import main
-from spark_queue.lanes import StickyLane, choose_free_lane, lane_of
+from spark_queue.lanes import StickyLane, free_lanes, lane_of
 from spark_queue.ownership import ttl_of
 
 cassandra = pytest.mark.cassandra
@@ -39,6 +38,19 @@ def test_a_key_that_is_not_a_string_is_refused() -> None:
         lane_of(7, 8)  # type: ignore[arg-type]
 
 
+@cassandra
+def test_a_single_send_takes_one_key_and_refuses_a_list_writing_nothing(
+    client: QueueClient,
+) -> None:
+    queue = client.create_queue("one-key")
+    with pytest.raises(InvalidMessage, match=r"key \['a'\]: must be a str"):
+        queue.send("x", key=["a"])  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessage, match=r"key \['a'\]: must be a str"):
+        queue.send_async("x", key=["a"])  # type: ignore[arg-type]
+    queue.flush()
+    assert queue.stats(exact=True).total == 0
+
+
 def test_a_thread_sticks_to_its_lane_and_threads_of_a_process_get_different_ones() -> None:
     sticky = StickyLane()
     mine = sticky.lane(8)
@@ -51,13 +63,12 @@ def test_a_thread_sticks_to_its_lane_and_threads_of_a_process_get_different_ones
     assert len({mine, *others}) == 4
 
 
-def test_fair_share_takes_a_busy_lane_nobody_owns() -> None:
-    rng = random.Random(7)
-    assert choose_free_lane([1, 2, 3], {1: "a", 2: "b"}, rng) == 3
-    assert choose_free_lane([1, 2], {1: "a", 2: "b"}, rng) is None  # all owned: wait
-    assert choose_free_lane([], {}, rng) is None  # nothing to receive
-    picks = {choose_free_lane([4, 5, 6], {}, rng) for _ in range(50)}
-    assert picks == {4, 5, 6}  # at random, so consumers looking together mostly differ
+def test_fair_share_offers_the_busy_lanes_nobody_owns_oldest_first() -> None:
+    assert free_lanes([1, 2, 3], {1: "a", 2: "b"}) == [3]
+    assert free_lanes([1, 2], {1: "a", 2: "b"}) == []  # all owned: wait
+    assert free_lanes([], {}) == []  # nothing to receive
+    # Busy lanes come in the order of their oldest visible message; that order is kept.
+    assert free_lanes([6, 4, 6, 5], {4: "a"}) == [6, 5]
 
 
 @cassandra

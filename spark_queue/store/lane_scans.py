@@ -55,12 +55,15 @@ def scan_lane(
     return [m for row in rows if (m := stored_message(row, bucket)) is not None]
 
 
-def busy_lanes(buckets: Buckets, bucket: int, now: int) -> set[int]:
-    """The lanes with a visible message in ``bucket`` (no payloads read; no lane: lane 0)."""
+def busy_lanes(buckets: Buckets, bucket: int, now: int) -> list[int]:
+    """The lanes with a visible message in ``bucket``, the lane of the oldest one first.
+
+    No payloads read; a row without a lane counts as lane 0.
+    """
     rows = buckets.store.rows(
         BUSY_LANES, (buckets.queue_id, bucket, now, buckets.bucket_size), what="looking for lanes"
     )
-    return {row[0] or 0 for row in rows}
+    return list(dict.fromkeys(row[0] or 0 for row in rows))  # rows come in id order
 
 
 def lane_visible_at(buckets: Buckets, bucket: int, lane: int) -> list[int]:
