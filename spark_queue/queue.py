@@ -502,12 +502,15 @@ class Queue:
         order_hint: int | None = None,
         fail_on_data_loss: bool = False,
         reclaim: bool = False,
+        first_attempt: bool = False,
     ) -> list[Leased]:
         """``receive_step`` in named buckets, as messages with their leases (no receipts).
 
         For a caller that hands out the messages' fields and acks the step as a
         whole (the Spark source): it skips building a receipt per message.
         Leased under the step part's own token, as ``receive_step`` does.
+        ``first_attempt``: no attempt of this part ran before, so the journal
+        holds nothing for it and is not read (see ``Steps.receive_leased``).
 
         Raises:
             DataLoss: With ``fail_on_data_loss``, a replay found messages gone.
@@ -523,7 +526,12 @@ class Queue:
             return leased
 
         return self._steps.receive_leased(
-            consumer, step, part, lease, fail_on_data_loss=fail_on_data_loss
+            consumer,
+            step,
+            part,
+            lease,
+            fail_on_data_loss=fail_on_data_loss,
+            first_attempt=first_attempt,
         )
 
     def receive_step_slice(

@@ -100,16 +100,21 @@ class Steps:
         lease: Lease,
         *,
         fail_on_data_loss: bool = False,
+        first_attempt: bool = False,
     ) -> list[Leased]:
         """Like ``receive`` for a caller that needs no receipts: messages with their leases.
 
         The journal is written from the leases themselves, so no receipt is
         encoded and decoded per message (the Spark source hands out rows).
+        With ``first_attempt`` the caller knows no attempt of this part ran
+        before (the Spark source: a step its own run planned, in a task's
+        first attempt), so there is no record to look for and the journal's
+        read is skipped: one round trip less per part.
 
         Raises:
             DataLoss: As ``receive``.
         """
-        recorded = self._journal.recorded(consumer, step, part)
+        recorded = None if first_attempt else self._journal.recorded(consumer, step, part)
         if recorded is not None:
             return self._replay(consumer, step, part, recorded, fail_on_data_loss)
         leased = lease()

@@ -78,7 +78,8 @@ def test_a_leased_step_replays_the_same_leases_and_acks_what_it_still_holds(
     queue = client.create_queue("leased-steps", bucket_size=4, visibility_timeout=0.5)
     queue.send_batch([str(i).encode() for i in range(8)])
 
-    first = queue.receive_step_leased("q", 1, 0, 3, buckets=[0])
+    # (a first attempt skips the journal's read, and still records what it leased)
+    first = queue.receive_step_leased("q", 1, 0, 3, buckets=[0], first_attempt=True)
     replay = queue.receive_step_leased("q", 1, 0, 3, buckets=[0])
     queue.receive_step_leased("q", 1, 1, 4, buckets=[1], visibility_timeout=60)
 

@@ -115,6 +115,8 @@ def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
     if partition.peek:
         yield from _peek_pages(queue, partition)
         return
+    # Neither a replay nor a retried task: no attempt of this part ran before.
+    reclaim = may_reclaim(partition)
     leased = queue.receive_step_leased(
         partition.stream,
         partition.step,
@@ -124,7 +126,8 @@ def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
         order_hint=options.order_hint,
         buckets=partition.buckets,
         fail_on_data_loss=options.fail_on_data_loss,
-        reclaim=may_reclaim(partition),
+        reclaim=reclaim,
+        first_attempt=not reclaim,
     )
     if leased:
         yield leased_record_batch(queue.name, leased)

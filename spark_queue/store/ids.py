@@ -106,6 +106,13 @@ class IdBlocks:
 
     def _allocate(self, size: int) -> None:
         expected = self._known_next
+        if time.monotonic() - self._requested_at > self._lifetime:
+            # What this process knows of the sequence is old (or nothing yet):
+            # other writers have likely moved it since, and a plain read costs
+            # less than a compare-and-set bound to fail (a Spark sink's tasks
+            # alternate between two worker processes, so each of its writes
+            # paid a failed one before).
+            expected = max(expected, self._read_next())
         for _ in range(CAS_ATTEMPTS):
             requested_at = time.monotonic()
             row = self._store.execute(
@@ -120,13 +127,26 @@ class IdBlocks:
                 self._known_next = self.high_water = expected + size
                 return
             if current is None:
-                raise QueueNotFound(
-                    f"queue {self._queue_name!r}: it was deleted while in use (its id sequence"
-                    " is gone); create it again and open a new handle with client.queue()"
-                )
+                raise self._deleted()
             expected = current
             self.high_water = max(self.high_water, current)
         raise BackendUnavailable(
             f"queue {self._queue_name!r}: could not reserve ids after {CAS_ATTEMPTS} attempts"
             " (heavy contention on its id sequence); try again"
+        )
+
+    def _read_next(self) -> int:
+        row = self._store.execute(
+            READ_NEXT,
+            (self._queue_id,),
+            what=f"reading the id sequence of queue {self._queue_name!r}",
+        ).one()
+        if row is None:
+            raise self._deleted()
+        return int(row[0])
+
+    def _deleted(self) -> QueueNotFound:
+        return QueueNotFound(
+            f"queue {self._queue_name!r}: it was deleted while in use (its id sequence"
+            " is gone); create it again and open a new handle with client.queue()"
         )
