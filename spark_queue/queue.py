@@ -20,10 +20,11 @@
 How a message moves (seed 000, BlueDove; seed 001, CassieQ): a send takes ids
 from a block of the queue's sequence and writes each message into bucket
 ``id // bucket_size``; a receive scans its lanes from the head for visible
-messages and leases some with a plain batch per bucket; an ack is a conditional
-batch per bucket setting ``acked`` where the lease is still the receipt's (no
-tombstone per message); sealed, fully acked buckets are dropped whole and the
-head moves past them.
+messages and leases some with a plain batch per bucket; an ack sets ``acked``
+where the lease is still the receipt's (no tombstone per message): a read and a
+plain write per bucket while the lease surely holds, a conditional batch per
+bucket when it is near its end (``store/acks.py``); sealed, fully acked buckets
+are dropped whole and the head moves past them.
 
 Ownership of work between competing consumers (details in ``lanes.py`` and
 ``receiving.py``): every message has a lane (from its key, or its sending
@@ -67,6 +68,7 @@ from spark_queue.redrive import RedriveResult, redrive
 from spark_queue.sending import Headers, Keys, Payload, Sender
 from spark_queue.settings_change import read_settings
 from spark_queue.steps import Steps, step_lease
+from spark_queue.store import acks
 from spark_queue.store.buckets import Buckets, LeaseCheck, StoredMessage, now_ms
 from spark_queue.store.session import Store
 
@@ -394,9 +396,13 @@ class Queue:
         self.ack_batch([receipt])
 
     def ack_batch(self, receipts: Sequence[str], *, strict: bool = True) -> list[str]:
-        """Ack many receipts with one conditional write per bucket.
+        """Ack many receipts with a read and a plain write per bucket (``store/acks.py``).
 
-        Every receipt that still names the current delivery is acked. Stale ones
+        A receipt whose lease has less than ``ACK_PLAIN_MARGIN`` seconds left
+        is acked with a conditional write instead, as is the rare one racing
+        its own ``change_visibility`` from another thread (then both succeed,
+        see ``store/acks.py``). Every receipt that still names the current
+        delivery is acked. Stale ones
         change nothing: with ``strict`` (the default) they raise StaleReceipt
         after the others were acked; otherwise they are returned.
 
@@ -408,8 +414,8 @@ class Queue:
         decoded = [(text, Receipt.decode(text)) for text in receipts]
         foreign = [text for text, r in decoded if r.queue_id != self.queue_id]
         mine = [(text, r) for text, r in decoded if r.queue_id == self.queue_id]
-        stale_keys = self.buckets.ack(
-            [LeaseCheck(r.bucket, r.id, r.lease, r.expires_at_ms) for _, r in mine], now_ms()
+        stale_keys = acks.ack(
+            self.buckets, [LeaseCheck(r.bucket, r.id, r.lease, r.expires_at_ms) for _, r in mine]
         )
         # acked (or someone else's by now): no sibling thread needs to skip them
         self._receiving.claims.drop((r.bucket, r.id) for _, r in mine)
