@@ -2,9 +2,10 @@
 
 An ack marks a message acked if its lease is still the one the receipt names
 (``StaleReceipt`` otherwise). The obvious way is a conditional write per bucket
-(``IF lease = ? AND acked = false``, ``Buckets.ack``), but a Paxos round is
-several round trips inside Cassandra and was the largest cost of a consumer's
-receive+ack loop. ``ack`` avoids it in the common case:
+(``IF lease = ? AND acked = false``, ``Buckets.ack``): one request, but a Paxos
+round, whose steps on a cluster are round trips between the replicas (prepare
+and read, propose, commit) and writes to their Paxos state. ``ack`` with
+``plain`` avoids it in the common case:
 
 1. **Read** ``(id, lease, acked, visible_at)`` of the receipts' messages, one
    ``id IN`` query per bucket, all at once.
@@ -16,6 +17,14 @@ receive+ack loop. ``ack`` avoids it in the common case:
 3. **Write** the plain ones with one ``UPDATE ... SET acked = true WHERE id IN``
    per bucket (the message's TTL kept), and the conditional ones through
    ``Buckets.ack`` as before.
+
+When it pays (``plain_acks_pay``): on a cluster of more than one node. On a
+single node the Paxos round never leaves the process, so one conditional
+request costs less than two plain ones: measured with ``bdq bench queue --seed
+7`` on the project's single local node, the plain path made the ack's median
+0.5-1 ms slower (README, "Acks: plain or conditional"). On several nodes the
+plain path is two client round trips against the Paxos round's replica round
+trips; that case was not measured here.
 
 Why a plain write is safe there: no consumer leases a message before its
 ``visible_at`` (every receive scans for ``visible_at <= now``; dead letters and
@@ -60,6 +69,7 @@ from dataclasses import dataclass, field
 
 from spark_queue.defaults import ACK_PLAIN_MARGIN
 from spark_queue.store.buckets import ACK_IN, BATCH_ROWS, Buckets, LeaseCheck, now_ms, ttl_left
+from spark_queue.store.session import Store
 
 ACK_READ = (
     "SELECT id, lease, acked, toUnixTimestamp(visible_at) FROM {ks}.messages"
@@ -113,14 +123,26 @@ def plan(
     return result
 
 
-def ack(buckets: Buckets, checks: Sequence[LeaseCheck]) -> set[Key]:
+def plain_acks_pay(store: Store) -> bool:
+    """Whether plain acks should be used against ``store``'s cluster: more than one node.
+
+    On one node a Paxos round is local and the single conditional request is
+    the cheaper ack (module doc).
+    """
+    return len(store.cluster.metadata.all_hosts()) > 1
+
+
+def ack(buckets: Buckets, checks: Sequence[LeaseCheck], *, plain: bool) -> set[Key]:
     """Ack each message whose current lease is the given one; return the stale ``(bucket, id)``.
 
-    The same contract as ``Buckets.ack``, at the cost of a read and a plain
-    write per bucket while the leases surely hold (see the module doc).
+    The contract of ``Buckets.ack``. With ``plain``, a read and a plain write
+    per bucket while the leases surely hold, a conditional write for the rest
+    (module doc); without, a conditional write per bucket.
     """
     if not checks:
         return set()
+    if not plain:
+        return buckets.ack(checks, now_ms())
     held = read(buckets, [(c.bucket, c.id) for c in checks])
     now = now_ms()  # after the read: the margin counts from here to the write
     sorted_ = plan(checks, held, now, int(ACK_PLAIN_MARGIN * 1000))
