@@ -14,11 +14,12 @@ from collections.abc import Iterator
 import pytest
 
 from spark_queue import ConnectionSettings, QueueClient, StaleReceipt
+from spark_queue.bench.queue_bench import run_queue_bench
 from spark_queue.defaults import ACK_PLAIN_MARGIN
 from spark_queue.queue import Queue
 from spark_queue.store import acks
 from spark_queue.store.acks import Held
-from spark_queue.store.buckets import LeaseCheck
+from spark_queue.store.buckets import Buckets, LeaseCheck
 
 MARGIN = 2000
 
@@ -165,3 +166,26 @@ def test_ack_with_the_receipt_before_change_visibility_is_stale(
     queue.ack(extended)
     assert conditional == []
     assert queue.stats(exact=True).total == 0
+
+
+@pytest.mark.cassandra
+def test_bench_queue_plain_acks_reach_every_receiver_and_lose_nothing(
+    keyspace: ConnectionSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conditional: list[int] = []
+    ack = Buckets.ack
+
+    def counted(self: Buckets, checks: list[LeaseCheck], now: int) -> set[tuple[int, int]]:
+        conditional.append(len(checks))
+        return ack(self, checks, now)
+
+    monkeypatch.setattr(Buckets, "ack", counted)
+
+    result = run_queue_bench(
+        keyspace, messages=300, recv_threads=2, receive_batch=20, plain_acks=True, baseline=False
+    )
+
+    assert result.params.plain_acks
+    assert result.distinct == 300 and result.loss_rate == 0 and result.corrupt == 0
+    assert result.stale_acks == 0
+    assert conditional == []  # every lease had 30 s left: all plain
