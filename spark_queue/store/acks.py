@@ -26,12 +26,15 @@ request costs less than two plain ones: measured with ``bdq bench queue --seed
 plain path is two client round trips against the Paxos round's replica round
 trips; that case was not measured here.
 
-Why a plain write is safe there: no consumer leases a message before its
-``visible_at`` (every receive scans for ``visible_at <= now``; dead letters and
-redrive receive the same way; a release touches only never-delivered messages
-with lease 0, IF lease = 0 on a retry; a step renewal or reclaim keeps the same
-lease and only moves ``visible_at`` later). So until the deadline the lease can
-only change through the receipt's holder, and the margin covers two consumers'
+Why a plain write is safe there, writer by writer of ``lease`` and
+``visible_at``: every receive (lanes, named buckets, redrive's) leases only what
+its scan saw with ``visible_at <= now``; a move to the dead letters takes a
+message with a conditional write on the lease its scan saw then; a release
+touches only never-delivered messages (lease 0; IF lease = 0 on a retry); a
+step renewal or reclaim keeps the step's lease and only moves ``visible_at``
+later; lane ownership lives in its own table. So until the deadline the lease
+can only change through the receipt's holder (``change_visibility``), and the
+margin covers two consumers'
 clocks disagreeing (about a second) and the time from the read to the write
 landing. The plain write is sent only if the margin still holds when the read
 has returned (the time is taken again then).
