@@ -21,8 +21,9 @@ and read, propose, commit) and writes to their Paxos state. ``ack`` with
 When it pays (``plain_acks_pay``): on a cluster of more than one node. On a
 single node the Paxos round never leaves the process, so one conditional
 request costs less than two plain ones: measured with ``bdq bench queue --seed
-7`` on the project's single local node, the plain path made the ack's median
-0.5-1 ms slower (README, "Acks: plain or conditional"). On several nodes the
+7 [--plain-acks]`` on the project's single local node, the plain path made the
+ack's median slower in five of six pairs of runs (by 0.1-2.3 ms; README, "Acks:
+plain or conditional"). On several nodes the
 plain path is two client round trips against the Paxos round's replica round
 trips; that case was not measured here.
 
