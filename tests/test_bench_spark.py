@@ -16,12 +16,15 @@ from pyspark.sql import SparkSession
 
 from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.bench.spark_bench import (
+    CHECKPOINT_MANAGER,
+    FILESYSTEM_CHECKPOINTS,
     LatencyPhase,
     SparkBenchParams,
     SparkBenchResult,
     StreamPhase,
     WarmUp,
     WritePhase,
+    _session_conf,
     run_spark_bench,
 )
 from spark_queue.cli import main
@@ -64,6 +67,7 @@ def test_a_small_run_moves_every_message_through_every_phase(
         latency_messages=40,
         latency_rate=20.0,
         seed=7,
+        spark_conf={"spark.sql.streaming.minBatchesToRetain": "50"},
         spark=spark,
     )
 
@@ -95,6 +99,14 @@ def test_a_small_run_moves_every_message_through_every_phase(
     # And the result reads back as JSON with its parameters, ratios and targets
     values = json.loads(json.dumps(result.to_dict()))
     assert values["params"]["messages"] == 500
+    # And it records the session settings it ran with (its default and the one given),
+    # and the session has its own settings back
+    assert dict(values["params"]["spark_conf"]) == {
+        CHECKPOINT_MANAGER: FILESYSTEM_CHECKPOINTS,
+        "spark.sql.streaming.minBatchesToRetain": "50",
+    }
+    assert spark.conf.get(CHECKPOINT_MANAGER, None) is None
+    assert spark.conf.get("spark.sql.streaming.minBatchesToRetain") == "100"
     assert set(values["ratios"]) == {"sink", "source", "pipeline"}
     assert set(values["targets"]) == {"sink", "source", "pipeline", "latency_p50", "latency_p99"}
     # And the run removed its queues and its baseline table
@@ -172,6 +184,43 @@ def test_bad_parameters_are_refused_before_anything_runs(name: str, value: objec
         SparkBenchParams(**{name: value})  # type: ignore[arg-type]
 
 
+@pytest.mark.spark
+def test_session_settings_hold_for_the_run_and_are_put_back(spark: SparkSession) -> None:
+    # Given a session with one setting of its own
+    own = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    try:
+        # When a run sets that one and the checkpoint manager
+        conf = {"spark.sql.shuffle.partitions": "7", CHECKPOINT_MANAGER: FILESYSTEM_CHECKPOINTS}
+        with _session_conf(spark, conf):
+            # Then both hold during the run
+            assert spark.conf.get("spark.sql.shuffle.partitions") == "7"
+            assert spark.conf.get(CHECKPOINT_MANAGER) == FILESYSTEM_CHECKPOINTS
+        # And afterwards the session's own value is back and the other is unset
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+        assert spark.conf.get(CHECKPOINT_MANAGER, None) is None
+
+        # And a setting a running session cannot change is refused by name
+        refused = _session_conf(spark, {"spark.executor.memory": "3g"})
+        with pytest.raises(InvalidSetting, match=r"spark\.executor\.memory"), refused:
+            pass
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", own)
+
+
+@pytest.mark.parametrize("conf", [(("sql.x", "1"),), (("", "1"),)])
+def test_session_settings_must_be_spark_keys(conf: tuple[tuple[str, str], ...]) -> None:
+    with pytest.raises(InvalidSetting, match="spark conf"):
+        SparkBenchParams(spark_conf=conf)
+
+
+def test_cli_refuses_a_spark_conf_without_a_value() -> None:
+    result = CliRunner().invoke(main, ["bench", "spark", "--spark-conf", "spark.sql.x"])
+
+    assert result.exit_code != 0
+    assert "'spark.sql.x'" in result.output and "KEY=VALUE" in result.output
+
+
 def test_cli_lists_every_parameter() -> None:
     result = CliRunner().invoke(main, ["bench", "spark", "--help"])
 
@@ -187,6 +236,7 @@ def test_cli_lists_every_parameter() -> None:
         "--visibility-timeout",
         "--bucket-size",
         "--master",
+        "--spark-conf",
         "--seed",
         "--no-baseline",
         "--keyspace",

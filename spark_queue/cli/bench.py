@@ -32,6 +32,7 @@ from spark_queue.bench.queue_bench import (
     run_queue_bench,
 )
 from spark_queue.bench.spark_bench import (
+    CHECKPOINT_MANAGER,
     LATENCY_P50_TARGET_MS,
     LATENCY_P99_TARGET_MS,
     PIPELINE_TARGET,
@@ -43,6 +44,7 @@ from spark_queue.bench.spark_bench import (
 )
 from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
 from spark_queue.config import ConnectionSettings
+from spark_queue.errors import InvalidSetting
 
 R = TypeVar("R")
 
@@ -284,10 +286,20 @@ def queue(settings: ConnectionSettings, as_json: bool, sweep_k: bool, **options:
     show_default=True,
     help="Spark master of the session the benchmark starts.",
 )
+@click.option(
+    "--spark-conf",
+    "spark_conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A spark.sql.* setting for the run (repeatable). The run sets"
+    f" {CHECKPOINT_MANAGER} to the FileSystem-based manager unless this names it.",
+)
 @_run_options
 @connection_options
 @json_option
-def spark(settings: ConnectionSettings, as_json: bool, **options: Any) -> None:
+def spark(
+    settings: ConnectionSettings, as_json: bool, spark_conf: tuple[str, ...], **options: Any
+) -> None:
     """Measure the Spark connector: sink, source, queue -> queue rates and latency.
 
     Starts a local SparkSession (Python workers on this interpreter), then in
@@ -298,8 +310,9 @@ def spark(settings: ConnectionSettings, as_json: bool, **options: Any) -> None:
     insert baseline is measured before and after. Each run uses fresh queues
     and removes them at the end.
     """
+    conf = dict(_key_value("--spark-conf", text) for text in spark_conf)
     with _status() as progress:
-        result = run_spark_bench(settings, progress=progress, **options)
+        result = run_spark_bench(settings, spark_conf=conf, progress=progress, **options)
     if as_json:
         echo_json(result.to_dict())
     else:
@@ -510,6 +523,14 @@ def _stream_rows(table: Table, name: str, phase: StreamPhase, baseline: float | 
     table.add_row(f"  {name}: left in its input queue", str(phase.left))
 
 
+def _key_value(option: str, text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` as a pair; InvalidSetting naming the text otherwise."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise InvalidSetting(f"{option} {text!r}: must be KEY=VALUE, such as spark.sql.x=1")
+    return key.strip(), value
+
+
 def _spark_title(r: SparkBenchResult) -> str:
     p = r.params
     return (
@@ -517,6 +538,7 @@ def _spark_title(r: SparkBenchResult) -> str:
         f" maxMessagesPerTrigger {p.max_per_trigger}, {p.partitions} sink partitions,"
         f" latency {p.latency_messages} msgs at {p.latency_rate:g}/s with a"
         f" {p.trigger_interval:g}s trigger, bucket size {p.bucket_size}, seed {p.seed}"
+        + "".join(f"; {key}={value}" for key, value in p.spark_conf)
         + (
             f"; raw baseline: prepared INSERTs, {p.baseline_concurrency} in flight"
             if p.baseline
