@@ -38,6 +38,14 @@ MAX_LANES = 1024
 
 #: Most messages one receive, peek or batch send may handle.
 MAX_BATCH = 10_000
+#: Seconds a receipt's lease must still run (its message's ``visible_at`` ahead of
+#: now, read just before) for an ack to be a plain write instead of a Paxos round
+#: (``store/acks.py``, used on clusters of several nodes). Nobody leases a message
+#: before its ``visible_at``, so inside this margin the lease cannot change under the
+#: write; it covers consumers' clocks disagreeing (about a second; NTP keeps them
+#: within milliseconds) and the write's own time in flight (another second). A
+#: receipt closer to its deadline is acked conditionally.
+ACK_PLAIN_MARGIN = 2.0
 #: Seconds between two maintenance passes (seal, drop) of one queue handle.
 MAINTENANCE_INTERVAL = 1.0
 #: Seconds a bucket found without visible messages is skipped by this handle.

@@ -20,10 +20,11 @@
 How a message moves (seed 000, BlueDove; seed 001, CassieQ): a send takes ids
 from a block of the queue's sequence and writes each message into bucket
 ``id // bucket_size``; a receive scans its lanes from the head for visible
-messages and leases some with a plain batch per bucket; an ack is a conditional
-batch per bucket setting ``acked`` where the lease is still the receipt's (no
-tombstone per message); sealed, fully acked buckets are dropped whole and the
-head moves past them.
+messages and leases some with a plain batch per bucket; an ack sets ``acked``
+where the lease is still the receipt's (no tombstone per message): a
+conditional batch per bucket, or on a cluster of several nodes a read and a
+plain write per bucket while the lease surely holds (``store/acks.py``); sealed, fully acked buckets
+are dropped whole and the head moves past them.
 
 Ownership of work between competing consumers (details in ``lanes.py`` and
 ``receiving.py``): every message has a lane (from its key, or its sending
@@ -67,6 +68,7 @@ from spark_queue.redrive import RedriveResult, redrive
 from spark_queue.sending import Headers, Keys, Payload, Sender
 from spark_queue.settings_change import read_settings
 from spark_queue.steps import Steps, step_lease
+from spark_queue.store import acks
 from spark_queue.store.buckets import Buckets, LeaseCheck, StoredMessage, now_ms
 from spark_queue.store.session import Store
 
@@ -84,6 +86,9 @@ class Queue:
         settings: Its settings, re-read every ``SETTINGS_REFRESH`` s (see
             ``QueueClient.update_queue``).
         buckets: Its bucket store (the CQL of its messages, pointers and sequence).
+        plain_acks: Whether acks use a read and a plain write while the lease
+            surely holds instead of a Paxos round (``store/acks.py``): on by
+            default on a cluster of more than one node, where that pays.
     """
 
     def __init__(
@@ -115,6 +120,7 @@ class Queue:
         self._counts = QueueCounters.of(name)  # this process's Prometheus counters
         self._producer_lock = threading.Lock()
         self._producer: Producer | None = None  # send_async's, made on first use
+        self.plain_acks = acks.plain_acks_pay(store)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, queue_id={self.queue_id})"
@@ -394,9 +400,14 @@ class Queue:
         self.ack_batch([receipt])
 
     def ack_batch(self, receipts: Sequence[str], *, strict: bool = True) -> list[str]:
-        """Ack many receipts with one conditional write per bucket.
+        """Ack many receipts with one conditional write per bucket, or plain ones.
 
-        Every receipt that still names the current delivery is acked. Stale ones
+        With ``plain_acks`` (a cluster of several nodes), a read and a plain
+        write per bucket while a receipt's lease has ``ACK_PLAIN_MARGIN``
+        seconds left, the conditional write otherwise (``store/acks.py``; an
+        ack racing its own receipt's ``change_visibility`` from another thread
+        then lets both succeed). Every receipt that still names the current
+        delivery is acked. Stale ones
         change nothing: with ``strict`` (the default) they raise StaleReceipt
         after the others were acked; otherwise they are returned.
 
@@ -408,8 +419,10 @@ class Queue:
         decoded = [(text, Receipt.decode(text)) for text in receipts]
         foreign = [text for text, r in decoded if r.queue_id != self.queue_id]
         mine = [(text, r) for text, r in decoded if r.queue_id == self.queue_id]
-        stale_keys = self.buckets.ack(
-            [LeaseCheck(r.bucket, r.id, r.lease, r.expires_at_ms) for _, r in mine], now_ms()
+        stale_keys = acks.ack(
+            self.buckets,
+            [LeaseCheck(r.bucket, r.id, r.lease, r.expires_at_ms) for _, r in mine],
+            plain=self.plain_acks,
         )
         # acked (or someone else's by now): no sibling thread needs to skip them
         self._receiving.claims.drop((r.bucket, r.id) for _, r in mine)

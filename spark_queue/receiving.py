@@ -37,8 +37,9 @@ visibility timeout ends. A lane's owner can only fail to own it in time if a
 lease write takes longer than the second of slack that bound leaves: then a
 message may be delivered twice (its second ack is stale), never lost.
 
-Acks stay conditional on the receipt's lease (``Buckets.ack``): a stale
-receipt changes nothing.
+Acks check the receipt's lease (``store/acks.py``: a conditional write, or
+on several nodes a read, then a plain write while the lease has
+``ACK_PLAIN_MARGIN`` left): a stale receipt changes nothing.
 
 A receive naming its buckets (a Spark partition, which has them to itself
 for a step) scans them with payloads, writes plain leases and reads the

@@ -78,6 +78,9 @@ class QueueBenchParams:
         recv_processes: Run each receiver in its own process instead of a thread.
         kill_receiver: SIGKILL one receiver (a process) once half the messages were
             seen, and report when the messages it held were taken over.
+        plain_acks: Receivers ack with a read and a plain write while the lease
+            surely holds (``Queue.plain_acks``), whatever the cluster's size;
+            False keeps the handles' default.
     """
 
     messages: int = 20_000
@@ -97,6 +100,7 @@ class QueueBenchParams:
     baseline_concurrency: int = BASELINE_CONCURRENCY
     recv_processes: bool = False
     kill_receiver: bool = False
+    plain_acks: bool = False
 
     def __post_init__(self) -> None:
         check_int("messages", self.messages, 1, 100_000_000)
@@ -292,6 +296,7 @@ def run_queue_bench(
     baseline_concurrency: int = BASELINE_CONCURRENCY,
     recv_processes: bool = False,
     kill_receiver: bool = False,
+    plain_acks: bool = False,
     progress: Progress | None = None,
 ) -> QueueBenchResult:
     """Run the benchmark once against ``settings``' cluster and keyspace.
@@ -321,6 +326,7 @@ def run_queue_bench(
         baseline_concurrency=baseline_concurrency,
         recv_processes=recv_processes or kill_receiver,
         kill_receiver=kill_receiver,
+        plain_acks=plain_acks,
         **({} if seed is None else {"seed": seed}),
     )
     store = Store(settings)

@@ -254,6 +254,7 @@ def receive_phase(
         # other machines): its own handle, sharing only the driver session.
         shared = handles[queue_index]
         queue = QueueClient(store=shared.buckets.store).queue(shared.name)
+        queue.plain_acks = queue.plain_acks or params.plain_acks
         receive_once = functools.partial(
             queue.receive,
             max_messages=params.receive_batch,
@@ -323,6 +324,7 @@ def _receive_phase_processes(
         visibility_timeout=params.visibility_timeout,
         order_hint=params.order_hint,
         receive_delay=params.receive_delay,
+        plain_acks=params.plain_acks,
     )
 
     def done() -> bool:

@@ -46,6 +46,7 @@ class ReceiverSpec:
     visibility_timeout: float
     order_hint: int
     receive_delay: float
+    plain_acks: bool = False
 
 
 def _receiver_main(spec: ReceiverSpec, out: Connection, stop: Any) -> None:
@@ -53,6 +54,7 @@ def _receiver_main(spec: ReceiverSpec, out: Connection, stop: Any) -> None:
     errors = 0
     with QueueClient(settings=spec.settings) as client:
         queue = client.queue(spec.queue)
+        queue.plain_acks = queue.plain_acks or spec.plain_acks
         out.send(("ready",))
         while not stop.is_set():
             try:

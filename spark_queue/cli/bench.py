@@ -186,6 +186,11 @@ def bench() -> None:
     is_flag=True,
     help="SIGKILL one receiver process halfway; report loss and takeover time.",
 )
+@click.option(
+    "--plain-acks",
+    is_flag=True,
+    help="Ack with a read and a plain write while the lease surely holds, even on one node.",
+)
 @_run_options
 @connection_options
 @json_option
@@ -406,6 +411,7 @@ def _title(result: QueueBenchResult) -> str:
         f" send {'async (producer)' if p.async_send else f'batch {p.send_batch}'},"
         f" receive batch {p.receive_batch},"
         f" visibility {p.visibility_timeout:g}s, receive delay {p.receive_delay:g}s, seed {p.seed}"
+        + (", plain acks" if p.plain_acks else "")
         + (
             f"; raw baseline: prepared INSERTs, {p.baseline_concurrency} in flight"
             if p.baseline

@@ -1,0 +1,191 @@
+"""Acks through a plain write while the lease surely holds (``store/acks.py``).
+
+A fast test of the pure sorting, then the contract against a real Cassandra
+node with plain acks turned on (they are on by default only on clusters of
+several nodes): which path each ack takes is observed by counting the
+conditional acks (``Buckets.ack``), and each stale case changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from spark_queue import ConnectionSettings, QueueClient, StaleReceipt
+from spark_queue.bench.queue_bench import run_queue_bench
+from spark_queue.defaults import ACK_PLAIN_MARGIN
+from spark_queue.queue import Queue
+from spark_queue.store import acks
+from spark_queue.store.acks import Held
+from spark_queue.store.buckets import Buckets, LeaseCheck
+
+MARGIN = 2000
+
+
+def _check(message_id: int, lease: int = 7) -> LeaseCheck:
+    return LeaseCheck(bucket=0, id=message_id, lease=lease, expires_at=10**13)
+
+
+def test_plan_sorts_receipts_by_lease_acked_and_deadline() -> None:
+    now = 1_000_000
+    checks = [_check(i) for i in range(7)]
+    held = {
+        (0, 0): Held(7, False, now + MARGIN),  # exactly the margin left: plain
+        (0, 1): Held(7, False, now + MARGIN - 1),  # just under it: conditional
+        (0, 2): Held(7, False, now - 5000),  # past its deadline, not taken yet: conditional
+        (0, 3): Held(8, False, now + 30_000),  # leased again by someone else: stale
+        (0, 4): Held(7, True, now + 30_000),  # acked already: stale
+        # (0, 5) is gone: stale
+        (0, 6): Held(7, False, None),  # a row whose deadline cell is gone: conditional
+    }
+
+    planned = acks.plan(checks, held, now, MARGIN)
+
+    assert [c.id for c in planned.plain] == [0]
+    assert [c.id for c in planned.conditional] == [1, 2, 6]
+    assert planned.stale == {(0, 3), (0, 4), (0, 5)}
+
+
+def test_plan_takes_the_last_receipt_of_one_message() -> None:
+    held = {(0, 1): Held(9, False, 10**12)}
+
+    planned = acks.plan([_check(1, lease=7), _check(1, lease=9)], held, 0, MARGIN)
+
+    assert [c.lease for c in planned.plain] == [9]
+    assert planned.stale == set()
+
+
+# -- against Cassandra ----------------------------------------------------------------
+
+
+@pytest.fixture
+def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
+    with QueueClient(settings=keyspace) as c:
+        yield c
+
+
+def _count_conditional(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Turn plain acks on; count the messages each conditional ack of ``queue`` is asked for."""
+    monkeypatch.setattr(queue, "plain_acks", True)
+    calls: list[int] = []
+    conditional = queue.buckets.ack
+
+    def counted(checks: list[LeaseCheck], now: int) -> set[tuple[int, int]]:
+        calls.append(len(checks))
+        return conditional(checks, now)
+
+    monkeypatch.setattr(queue.buckets, "ack", counted)
+    return calls
+
+
+@pytest.mark.cassandra
+def test_plain_ack_acks_once_and_a_second_ack_is_stale(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = client.create_queue("plain", visibility_timeout=30, bucket_size=4)
+    queue.send_batch([b"a", b"b", b"c", b"d", b"e", b"f"])  # two buckets
+    deliveries = queue.receive(6)
+    conditional = _count_conditional(queue, monkeypatch)
+
+    assert queue.ack_batch([d.receipt for d in deliveries]) == []
+
+    assert conditional == []  # 30 s of lease left: no Paxos round
+    assert queue.stats(exact=True).total == 0
+    with pytest.raises(StaleReceipt, match="1 of 1 receipt"):
+        queue.ack(deliveries[0].receipt)
+    assert queue.ack_batch([d.receipt for d in deliveries], strict=False) == [
+        d.receipt for d in deliveries
+    ]
+
+
+@pytest.mark.cassandra
+def test_ack_after_the_lease_ran_out_and_another_delivery_is_stale(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = client.create_queue("redelivered", visibility_timeout=0.3)
+    queue.send(b"job")
+    (first,) = queue.receive(1)
+    time.sleep(0.5)
+    (second,) = queue.receive(1, visibility_timeout=30)  # far from its deadline
+    conditional = _count_conditional(queue, monkeypatch)
+
+    with pytest.raises(StaleReceipt):
+        queue.ack(first.receipt)
+
+    # The new delivery was not acked by the old receipt: it stays in flight, its ack works.
+    assert queue.stats(exact=True).total == 1
+    queue.ack(second.receipt)
+    assert conditional == []
+    assert queue.stats(exact=True).total == 0
+
+
+@pytest.mark.cassandra
+def test_plain_acks_are_on_by_default_only_with_several_nodes(client: QueueClient) -> None:
+    queue = client.create_queue("nodes")
+
+    # On one node (the project's local node) a Paxos round is local and the cheaper ack.
+    nodes = len(queue.buckets.store.cluster.metadata.all_hosts())
+    assert queue.plain_acks is (nodes > 1)
+
+
+@pytest.mark.cassandra
+def test_ack_near_or_past_the_deadline_goes_through_the_condition(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = client.create_queue("near", visibility_timeout=30)
+    queue.send_batch([b"near", b"past", b"far"])
+    near, past, far = queue.receive(3)
+    near_receipt = queue.change_visibility(near.receipt, ACK_PLAIN_MARGIN / 2)
+    past_receipt = queue.change_visibility(past.receipt, 0.2)
+    time.sleep(0.3)  # past's lease ran out; nobody received it again
+    conditional = _count_conditional(queue, monkeypatch)
+
+    assert queue.ack_batch([near_receipt, past_receipt, far.receipt]) == []
+
+    assert conditional == [2]  # near and past; far was a plain write
+    assert queue.stats(exact=True).total == 0
+    assert queue.receive(3) == []
+
+
+@pytest.mark.cassandra
+def test_ack_with_the_receipt_before_change_visibility_is_stale(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = client.create_queue("moved", visibility_timeout=30)
+    queue.send(b"slow")
+    (delivery,) = queue.receive(1)
+    extended = queue.change_visibility(delivery.receipt, 60)
+    conditional = _count_conditional(queue, monkeypatch)
+
+    with pytest.raises(StaleReceipt):
+        queue.ack(delivery.receipt)
+    assert queue.stats(exact=True).total == 1  # the stale ack changed nothing
+
+    queue.ack(extended)
+    assert conditional == []
+    assert queue.stats(exact=True).total == 0
+
+
+@pytest.mark.cassandra
+def test_bench_queue_plain_acks_reach_every_receiver_and_lose_nothing(
+    keyspace: ConnectionSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conditional: list[int] = []
+    ack = Buckets.ack
+
+    def counted(self: Buckets, checks: list[LeaseCheck], now: int) -> set[tuple[int, int]]:
+        conditional.append(len(checks))
+        return ack(self, checks, now)
+
+    monkeypatch.setattr(Buckets, "ack", counted)
+
+    result = run_queue_bench(
+        keyspace, messages=300, recv_threads=2, receive_batch=20, plain_acks=True, baseline=False
+    )
+
+    assert result.params.plain_acks
+    assert result.distinct == 300 and result.loss_rate == 0 and result.corrupt == 0
+    assert result.stale_acks == 0
+    assert conditional == []  # every lease had 30 s left: all plain
