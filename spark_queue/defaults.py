@@ -40,7 +40,7 @@ MAX_LANES = 1024
 MAX_BATCH = 10_000
 #: Seconds a receipt's lease must still run (its message's ``visible_at`` ahead of
 #: now, read just before) for an ack to be a plain write instead of a Paxos round
-#: (``store/acks.py``, used on clusters of several nodes). Nobody leases a message
+#: (``store/acks.py``, with ``Queue.plain_acks``). Nobody leases a message
 #: before its ``visible_at``, so inside this margin the lease cannot change under the
 #: write; it covers consumers' clocks disagreeing (about a second; NTP keeps them
 #: within milliseconds) and the write's own time in flight (another second). A

@@ -22,8 +22,8 @@ from a block of the queue's sequence and writes each message into bucket
 ``id // bucket_size``; a receive scans its lanes from the head for visible
 messages and leases some with a plain batch per bucket; an ack sets ``acked``
 where the lease is still the receipt's (no tombstone per message): a
-conditional batch per bucket, or on a cluster of several nodes a read and a
-plain write per bucket while the lease surely holds (``store/acks.py``); sealed, fully acked buckets
+conditional batch per bucket (or, opted in with ``plain_acks``, a read and a
+plain write per bucket while the lease surely holds: ``store/acks.py``); sealed, fully acked buckets
 are dropped whole and the head moves past them.
 
 Ownership of work between competing consumers (details in ``lanes.py`` and
@@ -87,8 +87,9 @@ class Queue:
             ``QueueClient.update_queue``).
         buckets: Its bucket store (the CQL of its messages, pointers and sequence).
         plain_acks: Whether acks use a read and a plain write while the lease
-            surely holds instead of a Paxos round (``store/acks.py``): on by
-            default on a cluster of more than one node, where that pays.
+            surely holds instead of a Paxos round (``store/acks.py``). Off by default:
+            on one node the Paxos round is the cheaper ack (measured), and on
+            several nodes the plain ack is not measured yet.
     """
 
     def __init__(
@@ -120,7 +121,7 @@ class Queue:
         self._counts = QueueCounters.of(name)  # this process's Prometheus counters
         self._producer_lock = threading.Lock()
         self._producer: Producer | None = None  # send_async's, made on first use
-        self.plain_acks = acks.plain_acks_pay(store)
+        self.plain_acks = False  # opt-in: see store/acks.py for when it pays
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, queue_id={self.queue_id})"
@@ -402,7 +403,7 @@ class Queue:
     def ack_batch(self, receipts: Sequence[str], *, strict: bool = True) -> list[str]:
         """Ack many receipts with one conditional write per bucket, or plain ones.
 
-        With ``plain_acks`` (a cluster of several nodes), a read and a plain
+        With ``plain_acks`` (opt-in), a read and a plain
         write per bucket while a receipt's lease has ``ACK_PLAIN_MARGIN``
         seconds left, the conditional write otherwise (``store/acks.py``; an
         ack racing its own receipt's ``change_visibility`` from another thread

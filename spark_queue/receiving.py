@@ -38,7 +38,7 @@ lease write takes longer than the second of slack that bound leaves: then a
 message may be delivered twice (its second ack is stale), never lost.
 
 Acks check the receipt's lease (``store/acks.py``: a conditional write, or
-on several nodes a read, then a plain write while the lease has
+with ``plain_acks`` a read, then a plain write while the lease has
 ``ACK_PLAIN_MARGIN`` left): a stale receipt changes nothing.
 
 A receive naming its buckets (a Spark partition, which has them to itself

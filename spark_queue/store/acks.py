@@ -18,14 +18,15 @@ and read, propose, commit) and writes to their Paxos state. ``ack`` with
    per bucket (the message's TTL kept), and the conditional ones through
    ``Buckets.ack`` as before.
 
-When it pays (``plain_acks_pay``): on a cluster of more than one node. On a
-single node the Paxos round never leaves the process, so one conditional
-request costs less than two plain ones: measured with ``bdq bench queue --seed
-7 [--plain-acks]`` on the project's single local node, the plain path made the
+When it pays: not on one node, so it is off unless asked for
+(``Queue.plain_acks``). On a single node the Paxos round never leaves the
+process, so one conditional request costs less than two plain ones: measured
+with ``bdq bench queue --seed 7 [--plain-acks]`` on the project's single local
+node, the plain path made the
 ack's median slower in five of six pairs of runs (by 0.1-2.3 ms; README, "Acks:
 plain or conditional"). On several nodes the
 plain path is two client round trips against the Paxos round's replica round
-trips; that case was not measured here.
+trips; that case was not measured here, so it is not the default there either.
 
 Why a plain write is safe there, writer by writer of ``lease`` and
 ``visible_at``: every receive (lanes, named buckets, redrive's) leases only what
@@ -73,7 +74,6 @@ from dataclasses import dataclass, field
 
 from spark_queue.defaults import ACK_PLAIN_MARGIN
 from spark_queue.store.buckets import ACK_IN, BATCH_ROWS, Buckets, LeaseCheck, now_ms, ttl_left
-from spark_queue.store.session import Store
 
 ACK_READ = (
     "SELECT id, lease, acked, toUnixTimestamp(visible_at) FROM {ks}.messages"
@@ -125,15 +125,6 @@ def plan(
         else:
             result.conditional.append(c)
     return result
-
-
-def plain_acks_pay(store: Store) -> bool:
-    """Whether plain acks should be used against ``store``'s cluster: more than one node.
-
-    On one node a Paxos round is local and the single conditional request is
-    the cheaper ack (module doc).
-    """
-    return len(store.cluster.metadata.all_hosts()) > 1
 
 
 def ack(buckets: Buckets, checks: Sequence[LeaseCheck], *, plain: bool) -> set[Key]:
