@@ -105,14 +105,12 @@ class IdBlocks:
             self._block = max(self._block // 2, MIN_BLOCK)
 
     def _allocate(self, size: int) -> None:
-        expected = self._known_next
-        if time.monotonic() - self._requested_at > self._lifetime:
-            # What this process knows of the sequence is old (or nothing yet):
-            # other writers have likely moved it since, and a plain read costs
-            # less than a compare-and-set bound to fail (a Spark sink's tasks
-            # alternate between two worker processes, so each of its writes
-            # paid a failed one before).
-            expected = max(expected, self._read_next())
+        # Other writers (processes) have likely moved the sequence since this
+        # one's last block: a plain read costs less than a compare-and-set bound
+        # to fail (a Spark sink's tasks alternate between two worker processes,
+        # so each of its writes paid a failed one), and a busy writer's blocks
+        # grow until allocations are rare.
+        expected = max(self._known_next, self._read_next())
         for _ in range(CAS_ATTEMPTS):
             requested_at = time.monotonic()
             row = self._store.execute(
