@@ -68,6 +68,7 @@ def test_a_small_run_moves_every_message_through_every_phase(
         latency_rate=20.0,
         seed=7,
         spark_conf={"spark.sql.streaming.minBatchesToRetain": "50"},
+        floor_seconds=3.0,
         spark=spark,
     )
 
@@ -86,6 +87,10 @@ def test_a_small_run_moves_every_message_through_every_phase(
     assert result.latency.p50_ms is not None and result.latency.p99_ms is not None
     assert result.latency.max_ms is not None
     assert result.latency.p50_ms <= result.latency.p99_ms <= result.latency.max_ms
+    assert result.latency.trigger_p50_ms is not None and result.latency.trigger_p50_ms > 0
+    # And the floor (a no-op Python stream on the same trigger) ran and was timed
+    assert result.floor is not None and result.floor.batches > 0
+    assert result.floor.trigger_p50_ms is not None and result.floor.trigger_p50_ms > 0
     # And the baseline was measured before and after, so every ratio and target has a value
     assert len(result.baseline_rates) == 2
     assert None not in (result.sink_ratio, result.source_ratio, result.pipeline_ratio)
@@ -237,6 +242,7 @@ def test_cli_lists_every_parameter() -> None:
         "--bucket-size",
         "--master",
         "--spark-conf",
+        "--floor-seconds",
         "--seed",
         "--no-baseline",
         "--keyspace",

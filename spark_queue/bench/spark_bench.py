@@ -51,6 +51,7 @@ from spark_queue.bench.baseline import DEFAULT_CONCURRENCY as BASELINE_CONCURREN
 from spark_queue.bench.baseline import RawInsertBaseline
 from spark_queue.bench.metrics import MIN_PAYLOAD_BYTES, make_payload, percentile
 from spark_queue.bench.queue_bench import Progress
+from spark_queue.bench.spark_floor import FLOOR_SECONDS, FloorPhase, measure_floor, median_ms
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings, check_int, check_seconds
 from spark_queue.errors import BackendUnavailable, InvalidSetting, SparkQueueError
@@ -126,6 +127,8 @@ class SparkBenchParams:
         baseline_concurrency: In-flight requests of the raw baseline.
         spark_conf: SQL settings set on the session for the run (and restored after),
             ``DEFAULT_SPARK_CONF`` unless overridden.
+        floor_seconds: Seconds the floor (a no-op Python stream, ``spark_floor``) is
+            timed after the latency phase; 0 skips it.
     """
 
     messages: int = 20_000
@@ -142,6 +145,7 @@ class SparkBenchParams:
     baseline: bool = True
     baseline_concurrency: int = BASELINE_CONCURRENCY
     spark_conf: tuple[tuple[str, str], ...] = tuple(DEFAULT_SPARK_CONF.items())
+    floor_seconds: float = FLOOR_SECONDS
 
     def __post_init__(self) -> None:
         check_int("messages", self.messages, 1, 10_000_000)
@@ -152,6 +156,7 @@ class SparkBenchParams:
         check_seconds("latency_rate", self.latency_rate)
         check_seconds("trigger_interval", self.trigger_interval, allow_zero=True)
         check_seconds("visibility_timeout", self.visibility_timeout)
+        check_seconds("floor_seconds", self.floor_seconds, allow_zero=True)
         check_int("bucket_size", self.bucket_size, 1, 100_000)
         check_int("seed", self.seed, 0, 2**63 - 1)
         check_int("baseline_concurrency", self.baseline_concurrency, 1, 4096)
@@ -246,6 +251,8 @@ class LatencyPhase:
         p99_ms: 99th percentile latency, or None when nothing arrived.
         max_ms: Longest latency, or None when nothing arrived.
         batches: Micro-batches with input rows while it ran.
+        trigger_p50_ms: Median ``triggerExecution`` of those micro-batches.
+        add_batch_p50_ms: Median ``addBatch`` of those micro-batches.
     """
 
     sent: int
@@ -256,6 +263,8 @@ class LatencyPhase:
     p99_ms: float | None
     max_ms: float | None
     batches: int
+    trigger_p50_ms: float | None = None
+    add_batch_p50_ms: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -270,6 +279,9 @@ class SparkBenchResult:
         source: The source phase.
         pipeline: The queue -> queue phase.
         latency: The latency phase.
+        floor: Spark's own cost per micro-batch of a no-op Python source into a
+            no-op Python sink on the latency phase's trigger (``spark_floor``):
+            what the latency query's triggers cannot go below.
         baseline_rate: Raw prepared inserts per second (mean of the measures before
             and after the Spark phases), or None when not measured.
         baseline_rates: Each measure of the raw baseline, in the order taken.
@@ -284,6 +296,7 @@ class SparkBenchResult:
     latency: LatencyPhase
     baseline_rate: float | None
     baseline_rates: list[float]
+    floor: FloorPhase | None = None
 
     def _ratio(self, rate: float) -> float | None:
         return rate / self.baseline_rate if self.baseline_rate else None
@@ -370,6 +383,7 @@ def run_spark_bench(
     baseline: bool = True,
     baseline_concurrency: int = BASELINE_CONCURRENCY,
     spark_conf: Mapping[str, str] | None = None,
+    floor_seconds: float = FLOOR_SECONDS,
     spark: SparkSession | None = None,
     progress: Progress | None = None,
 ) -> SparkBenchResult:
@@ -400,6 +414,7 @@ def run_spark_bench(
         baseline=baseline,
         baseline_concurrency=baseline_concurrency,
         spark_conf=tuple({**DEFAULT_SPARK_CONF, **(spark_conf or {})}.items()),
+        floor_seconds=floor_seconds,
         **({} if seed is None else {"seed": seed}),
     )
     report = progress or _quiet
@@ -555,6 +570,17 @@ def _run(
         sent, received = run.create_queue("latency-in"), run.create_queue("latency-out")
         queues += [sent.name, received.name]
         latency = _latency_phase(run, sent, received)
+        floor = None
+        if params.floor_seconds:
+            progress("floor: a no-op Python source into a no-op Python sink")
+            floor = measure_floor(
+                spark,
+                trigger_interval=params.trigger_interval,
+                checkpoint=run.checkpoint("floor"),
+                rows=max(1, round(params.latency_rate * max(params.trigger_interval, 0.25))),
+                payload_bytes=params.payload_bytes,
+                seconds=params.floor_seconds,
+            )
         if baseline is not None:
             progress(f"raw baseline again: {params.messages} inserts")
             baseline.measure()
@@ -568,6 +594,7 @@ def _run(
         source=source,
         pipeline=pipeline,
         latency=latency,
+        floor=floor,
         baseline_rate=sum(rates) / len(rates) if rates else None,
         baseline_rates=list(rates),
     )
@@ -657,6 +684,9 @@ class _Batches:
     @property
     def with_rows(self) -> int:
         return sum(1 for n in self.rows.values() if n > 0)
+
+    def with_rows_durations(self) -> list[dict[str, int]]:
+        return [self.durations[b] for b, n in self.rows.items() if n > 0 and b in self.durations]
 
     def summed_durations(self) -> dict[str, int]:
         totals: dict[str, int] = {}
@@ -804,6 +834,8 @@ def _latency_phase(run: _Run, into: Queue, out: Queue) -> LatencyPhase:
         p99_ms=percentile(latencies, 99) if latencies else None,
         max_ms=max(latencies) if latencies else None,
         batches=batches.with_rows,
+        trigger_p50_ms=median_ms(batches.with_rows_durations(), "triggerExecution"),
+        add_batch_p50_ms=median_ms(batches.with_rows_durations(), "addBatch"),
     )
 
 

@@ -42,6 +42,7 @@ from spark_queue.bench.spark_bench import (
     StreamPhase,
     run_spark_bench,
 )
+from spark_queue.bench.spark_floor import FLOOR_SECONDS
 from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting
@@ -285,6 +286,14 @@ def queue(settings: ConnectionSettings, as_json: bool, sweep_k: bool, **options:
     default="local[2]",
     show_default=True,
     help="Spark master of the session the benchmark starts.",
+)
+@click.option(
+    "--floor-seconds",
+    type=click.FloatRange(0),
+    default=FLOOR_SECONDS,
+    show_default=True,
+    help="Seconds a no-op Python source -> no-op Python sink stream is timed on the latency"
+    " trigger: Spark's own cost per micro-batch, the latency's floor (0: skip).",
 )
 @click.option(
     "--spark-conf",
@@ -607,4 +616,13 @@ def _spark_table(r: SparkBenchResult) -> Table:
         f"{r.latency.arrived}/{r.latency.sent}, sent at {r.latency.send_rate:.1f} msgs/s",
     )
     table.add_row("  latency: batches, max", f"{r.latency.batches}, max {_ms(r.latency.max_ms)}")
+    table.add_row(
+        "  latency: trigger / addBatch p50",
+        f"{_ms(r.latency.trigger_p50_ms)} / {_ms(r.latency.add_batch_p50_ms)}",
+    )
+    if r.floor is not None:
+        table.add_row(
+            "  floor, no-op Python stream: trigger / addBatch p50",
+            f"{_ms(r.floor.trigger_p50_ms)} / {_ms(r.floor.add_batch_p50_ms)}",
+        )
     return table
