@@ -52,7 +52,8 @@ def test_a_step_reads_its_buckets_in_the_partitions_its_offset_names(
             # an offset written before buckets were grouped replays one bucket per task
             old = {k: v for k, v in end.items() if k != "partitions"}
             assert [p.buckets for p in reader.partitions(start, old)] == [(0,), (1,), (2,), (3,)]
-            reader.commit(end)
+            reader.commit(end)  # the ack runs on the reader's ack thread...
+            reader.latestOffset(end, ReadMaxRows(40))  # ...and the next plan waits for it
             assert client.queue("grouped").stats(exact=True).total == 0
         finally:
             reader.stop()
