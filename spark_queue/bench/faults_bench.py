@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spark_queue import defaults
 from spark_queue.bench.faultproxy import FaultProxy, open_queue
 from spark_queue.bench.metrics import make_payload, order_stats, percentile
 from spark_queue.client import QueueClient
@@ -525,8 +526,16 @@ def _records(folder: Path) -> list[tuple[float, float, int, int, bool]]:
 def _wait_for(
     sent: set[tuple[int, int]], receivers: _Receivers, folder: Path, visibility: float
 ) -> None:
-    """Until every acknowledged send was received, or nothing new arrived for a long while."""
-    stall = max(30.0, 4 * visibility)
+    """Until every acknowledged send was received, or nothing new arrived for a long while.
+
+    "A long while" covers several redeliveries: a crashed receiver's messages
+    come back once its lease ran out and, in a lane it owned, once another
+    receiver took the lane over (at most ceil(LANE_PERIOD) + 1 s after its last
+    renewal). A receiver that takes the lane may crash again on its first batch,
+    so four such rounds are waited for before the rest counts as lost.
+    """
+    takeover = math.ceil(defaults.LANE_PERIOD) + 1
+    stall = max(30.0, 4 * (visibility + takeover))
     seen_count, last_change = -1, time.monotonic()
     while True:
         got = {(r[2], r[3]) for r in _records(folder) if r[4]}
