@@ -39,10 +39,12 @@ class Claims:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._lock = threading.Lock()
         self._until: dict[tuple[int, int], float] = {}
+        self._done: dict[tuple[int, int], float] = {}  # acked, skipped a little longer
         self._pruned_at = 0.0
         self.rng = rng or random.Random()
 
     def __len__(self) -> int:
+        """Claims of messages still in flight (acked ones lingering not counted)."""
         return len(self._until)
 
     def pick(self, found: Sequence[K], count: int, hint: int, hold: float, clock: float) -> list[K]:
@@ -52,21 +54,40 @@ class Claims:
             The picked ones, in id order.
         """
         with self._lock:
-            if self._until and clock >= self._pruned_at + PRUNE_EVERY:
+            if (self._until or self._done) and clock >= self._pruned_at + PRUNE_EVERY:
                 # Leases that ran out unacked; at most once a second, not per receive.
                 self._until = {k: t for k, t in self._until.items() if t > clock}
+                self._done = {k: t for k, t in self._done.items() if t > clock}
                 self._pruned_at = clock
-            free = [m for m in found if self._until.get((m.bucket, m.id), 0.0) <= clock]
+            free = [
+                m
+                for m in found
+                if self._until.get((m.bucket, m.id), 0.0) <= clock
+                and self._done.get((m.bucket, m.id), 0.0) <= clock
+            ]
             chosen = pick_oldest(free, count, hint, self.rng)
             for m in chosen:
                 self._until[(m.bucket, m.id)] = clock + hold
         return chosen
 
     def drop(self, keys: Iterable[tuple[int, int]]) -> None:
-        """Forget claims (acked, lost to another consumer, or made visible again)."""
+        """Forget claims (lost to another consumer, or made visible again)."""
         with self._lock:
             for key in keys:
                 self._until.pop(key, None)
+
+    def done(self, keys: Iterable[tuple[int, int]], clock: float, linger: float) -> None:
+        """Acked: keep skipping them ``linger`` more seconds at most, then forget them.
+
+        Rows a sibling thread read ahead before the ack may still list these
+        messages as visible (``receiving.py``, read-ahead): the claim outlives
+        that read, and no longer, so the map does not grow with throughput.
+        """
+        with self._lock:
+            for key in keys:
+                until = self._until.pop(key, None)
+                if until is not None:
+                    self._done[key] = min(until, clock + linger)
 
 
 def pick_oldest(found: Sequence[K], count: int, hint: int, rng: random.Random) -> list[K]:

@@ -50,7 +50,7 @@ from spark_queue.bounds import Bounds
 from spark_queue.config import QueueSettings, check_int, check_seconds
 from spark_queue.counting import QueueCounter
 from spark_queue.dead_letters import DeadLetters
-from spark_queue.defaults import MAX_BATCH, MAX_ORDER_HINT, SETTINGS_REFRESH
+from spark_queue.defaults import ACK_PLAIN_MARGIN, MAX_BATCH, MAX_ORDER_HINT, SETTINGS_REFRESH
 from spark_queue.errors import (
     InvalidMessage,
     InvalidSetting,
@@ -90,6 +90,11 @@ class Queue:
             surely holds instead of a Paxos round (``store/acks.py``). Off by default:
             on one node the Paxos round is the cheaper ack (measured), and on
             several nodes the plain ack is not measured yet.
+        ack_own_leases: Whether a receipt this handle leased itself is acked with
+            a plain write and no read while ``ACK_PLAIN_MARGIN`` seconds of its
+            lease are left (``own_leases.py``). On by default; turn it off when
+            one receipt is used through several handles (``change_visibility``
+            on one, ``ack`` on another).
     """
 
     def __init__(
@@ -122,6 +127,7 @@ class Queue:
         self._producer_lock = threading.Lock()
         self._producer: Producer | None = None  # send_async's, made on first use
         self.plain_acks = False  # opt-in: see store/acks.py for when it pays
+        self.ack_own_leases = True  # see own_leases.py
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, queue_id={self.queue_id})"
@@ -403,7 +409,10 @@ class Queue:
     def ack_batch(self, receipts: Sequence[str], *, strict: bool = True) -> list[str]:
         """Ack many receipts with one conditional write per bucket, or plain ones.
 
-        With ``plain_acks`` (opt-in), a read and a plain
+        A receipt this handle leased itself, with ``ACK_PLAIN_MARGIN`` seconds
+        of its lease left, is acked with a plain write and no read
+        (``own_leases.py``; ``ack_own_leases``). Of the others, with
+        ``plain_acks`` (opt-in), a read and a plain
         write per bucket while a receipt's lease has ``ACK_PLAIN_MARGIN``
         seconds left, the conditional write otherwise (``store/acks.py``; an
         ack racing its own receipt's ``change_visibility`` from another thread
@@ -420,13 +429,14 @@ class Queue:
         decoded = [(text, Receipt.decode(text)) for text in receipts]
         foreign = [text for text, r in decoded if r.queue_id != self.queue_id]
         mine = [(text, r) for text, r in decoded if r.queue_id == self.queue_id]
-        stale_keys = acks.ack(
-            self.buckets,
-            [LeaseCheck(r.bucket, r.id, r.lease, r.expires_at_ms) for _, r in mine],
-            plain=self.plain_acks,
-        )
-        # acked (or someone else's by now): no sibling thread needs to skip them
-        self._receiving.claims.drop((r.bucket, r.id) for _, r in mine)
+        checks = [LeaseCheck(r.bucket, r.id, r.lease, r.expires_at_ms) for _, r in mine]
+        own: list[LeaseCheck] = []
+        if self.ack_own_leases:
+            own, checks = self._receiving.own_leases.take(
+                checks, time.monotonic(), ACK_PLAIN_MARGIN
+            )
+        stale_keys = acks.ack(self.buckets, checks, plain=self.plain_acks, own=own)
+        self._receiving.acked([(r.bucket, r.id) for _, r in mine])
         stale = foreign + [text for text, r in mine if (r.bucket, r.id) in stale_keys]
         self._counts.acked.inc(len(receipts) - len(stale))
         self._counts.stale_acks.inc(len(stale))
@@ -458,6 +468,7 @@ class Queue:
             )
         self._receiving.unskip(r.bucket)
         self._receiving.claims.drop([(r.bucket, r.id)])
+        self._receiving.own_leases.forget([(r.bucket, r.id)])
         return Receipt(self.queue_id, r.bucket, r.id, lease, r.expires_at_ms).encode()
 
     # -- replayable consumer steps (the Spark source) -------------------------------------
@@ -701,6 +712,7 @@ class Queue:
             for message_id, _, _, expires_at in self.buckets.unacked(bucket)
         ]
         self.buckets.mark_acked(rows, now)
+        self._receiving.purged()
         self.maintain()
         return len(rows)
 

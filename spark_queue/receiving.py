@@ -11,7 +11,9 @@ How a plain receive works (seed 000, BlueDove, received through lanes,
    partition, payloads and all) and keep the oldest ``K * n`` (K: the order
    hint, which now applies within a lane). Buckets found without a visible
    message of a lane are skipped for that lane until its next one becomes
-   visible, at most ``IDLE_RECHECK`` seconds.
+   visible, at most ``IDLE_RECHECK`` seconds. A scan reads ahead up to
+   ``PREFETCH`` receives' worth; the rest serve the handle's next receives for
+   ``PREFETCH_HOLD_MS`` (``_lane_rows``).
 3. **Pick** ``n`` of them at random, skipping what sibling threads of this
    handle hold (``claims.py``); messages past ``max_deliveries`` move to the
    dead-letter queue (``dead_letters.py``, a lightweight transaction each).
@@ -37,9 +39,11 @@ visibility timeout ends. A lane's owner can only fail to own it in time if a
 lease write takes longer than the second of slack that bound leaves: then a
 message may be delivered twice (its second ack is stale), never lost.
 
-Acks check the receipt's lease (``store/acks.py``: a conditional write, or
-with ``plain_acks`` a read, then a plain write while the lease has
-``ACK_PLAIN_MARGIN`` left): a stale receipt changes nothing.
+Acks check the receipt's lease: a lease this handle wrote is known to be the
+current one until its deadline (``own_leases.py``: a plain write, no read);
+others go through ``store/acks.py`` (a conditional write, or with
+``plain_acks`` a read, then a plain write while the lease has
+``ACK_PLAIN_MARGIN`` left). A stale receipt changes nothing.
 
 A receive naming its buckets (a Spark partition, which has them to itself
 for a step) scans them with payloads, writes plain leases and reads the
@@ -64,6 +68,7 @@ from spark_queue.defaults import IDLE_RECHECK, LANE_LOOK_BUCKETS
 from spark_queue.lanes import LaneOwner
 from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Receipt, new_lease
+from spark_queue.own_leases import OwnLeases
 from spark_queue.store.buckets import Buckets, Candidate, LeaseWrite, StoredMessage, now_ms
 from spark_queue.store.lane_scans import busy_lanes, lane_visible_at, scan_lane
 
@@ -76,6 +81,10 @@ LANE_TAKES = 4
 IDLE_NOTES = 4096
 #: Fewest buckets ``visible_buckets`` probes at once.
 PROBE_WINDOW = 8
+#: A lane's scan reads this many receives' worth of rows; the rest wait for the next receives.
+PREFETCH = 4
+#: Milliseconds rows read ahead are used before the lane is scanned again.
+PREFETCH_HOLD_MS = 1000
 
 
 def as_datetime(ms: int) -> datetime:
@@ -96,6 +105,14 @@ def _lease(m: Candidate | StoredMessage, timeout_ms: int, now: int) -> LeaseWrit
         delivery_count=m.delivery_count + 1,
         expires_at=m.expires_at,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ReadAhead:
+    """Visible rows of a lane a scan read beyond its receive, usable until ``until`` (ms)."""
+
+    rows: list[StoredMessage]
+    until: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +164,11 @@ class Receiver:
         self._dead_letters = dead_letters
         self._settings = settings
         self.claims = Claims()
+        self.own_leases = OwnLeases()
         self.lanes = LaneOwner(buckets.store, buckets.queue_id, settings.lanes)
         self._lane_idle: dict[tuple[int, int], int] = {}  # (lane, bucket) -> skip until (ms)
         self._lane_floor: dict[int, Floor] = {}
+        self._read_ahead: dict[int, ReadAhead] = {}
 
     def receive(
         self, count: int, timeout_ms: int, hint: int, wait: float, buckets: Sequence[int] | None
@@ -177,14 +196,14 @@ class Receiver:
 
     def _receive_lanes(self, count: int, timeout_ms: int, hint: int) -> list[Delivery]:
         """A plain consumer's receive: from its own lanes, with plain leases (module doc)."""
-        lanes, now = self.lanes, now_ms()
+        lanes, now, clock = self.lanes, now_ms(), time.monotonic()
         lanes.keep(functools.partial(self._busy_lanes, now=now))
         # Claimed rows show up only while a sibling thread's lease is in flight.
         want = count * hint + min(len(self.claims), 4 * count)
         lane_of: dict[tuple[int, int], int] = {}
         found: list[StoredMessage] = []
         for lane in lanes.safe_lanes():
-            rows = self._lane_visible(lane, want - len(found), now)
+            rows = self._lane_rows(lane, want - len(found), now)
             lanes.note(lane, bool(rows))
             lane_of.update(((m.bucket, m.id), lane) for m in rows)
             found.extend(rows)
@@ -198,7 +217,7 @@ class Receiver:
             taken = lanes.look(functools.partial(self._busy_lanes, now=now))
             if taken is None:
                 break
-            rows = self._lane_visible(taken, want - len(found), now)
+            rows = self._lane_visible(taken, want - len(found), now, limit=want * PREFETCH)
             lane_of.update(((m.bucket, m.id), taken) for m in rows)
             found.extend(rows)
             if not found:
@@ -214,6 +233,7 @@ class Receiver:
         self.claims.drop((m.bucket, m.id) for m in late)
         live = [m for m in live if lane_of[(m.bucket, m.id)] in safe]
         self._advance_floors(found, lane_of, picked - {(m.bucket, m.id) for m in late}, timeout_ms)
+        self._keep_ahead(found, lane_of, picked, safe, now)
         if not live:
             return []
         # One lease token for the receive: its leases agree on everything but the
@@ -228,14 +248,58 @@ class Receiver:
         # anyone could ack, so it costs no read.
         again = [(w.bucket, w.id) for w in writes if w.delivery_count > 1]
         held = self._buckets.leases_of(again) if again else {}
-        return [
-            delivery_of(self._buckets.queue_id, m, w)
+        won = [
+            (m, w)
             for m, w in zip(live, writes, strict=True)
             if w.delivery_count == 1 or held.get((w.bucket, w.id)) == (w.lease, False)
         ]
+        # Nobody else leases these before their visible_at (now + timeout, taken
+        # before the scan): their acks need no read (own_leases.py).
+        self.own_leases.record(((w.bucket, w.id, token) for _, w in won), clock + timeout_ms / 1000)
+        return [delivery_of(self._buckets.queue_id, m, w) for m, w in won]
 
-    def _lane_visible(self, lane: int, want: int, now: int) -> list[StoredMessage]:
+    def _lane_rows(self, lane: int, want: int, now: int) -> list[StoredMessage]:
+        """``lane``'s visible messages for this receive: read ahead before, or scanned now.
+
+        A scan reads up to ``PREFETCH`` receives' worth of the lane (Kafka's
+        consumer fetches more than one poll returns, too): one request instead
+        of several, since what a scan costs is mostly per request. What this
+        receive does not take is kept for ``PREFETCH_HOLD_MS`` and handed to the
+        next receives of the handle. Rows read ahead stay good: they were
+        visible, only the lane's owner leases in it (and leases only while it
+        surely owns it), and a redelivered message acked meanwhile is caught by
+        the lease read-back as any other. Short of ``want``, they are dropped
+        and the lane scanned again from its floor (which stops before them).
+        """
+        ahead = self._read_ahead.pop(lane, None)
+        if ahead is not None and ahead.until > now and len(ahead.rows) >= want:
+            return ahead.rows
+        return self._lane_visible(lane, want, now, limit=want * PREFETCH)
+
+    def _keep_ahead(
+        self,
+        found: Sequence[StoredMessage],
+        lane_of: dict[tuple[int, int], int],
+        picked: set[tuple[int, int]],
+        safe: Collection[int],
+        now: int,
+    ) -> None:
+        """Keep the rows of lanes still surely ours that this receive did not take."""
+        rest: dict[int, list[StoredMessage]] = {}
+        for m in found:
+            lane = lane_of[(m.bucket, m.id)]
+            if lane in safe and (m.bucket, m.id) not in picked:
+                rest.setdefault(lane, []).append(m)
+        for lane, rows in rest.items():
+            self._read_ahead[lane] = ReadAhead(rows, now + PREFETCH_HOLD_MS)
+
+    def _lane_visible(
+        self, lane: int, want: int, now: int, limit: int | None = None
+    ) -> list[StoredMessage]:
         """Up to ``want`` visible messages (payloads too) of ``lane``, in id order.
+
+        With ``limit``, a bucket's scan may read up to ``limit`` in all (read
+        ahead), but the next bucket is scanned only while ``want`` is not met.
 
         A scan starts past the last message the previous one found (the
         lane's floor): below it, every message of the lane was invisible then
@@ -264,7 +328,8 @@ class Receiver:
                 and self._lane_idle.get((lane, bucket), 0) <= now
             ):
                 after = floor.id if floor is not None and floor.bucket == bucket else None
-                rows = scan_lane(self._buckets, bucket, lane, lanes, now, want - len(found), after)
+                cap = (limit or want) - len(found)
+                rows = scan_lane(self._buckets, bucket, lane, lanes, now, cap, after)
                 found.extend(rows)
                 if not rows:
                     self._note_lane_idle(lane, bucket, now)
@@ -317,6 +382,16 @@ class Receiver:
         self._bounds.unskip(bucket)
         self._lane_idle = {k: t for k, t in self._lane_idle.items() if k[1] != bucket}
         self._lane_floor.clear()
+        self._read_ahead.clear()  # an older message may be visible: scan again, in order
+
+    def acked(self, keys: Sequence[tuple[int, int]]) -> None:
+        """Acked (or stale): sibling threads skip them only while a read-ahead may list them."""
+        self.claims.done(keys, time.monotonic(), PREFETCH_HOLD_MS / 1000)
+
+    def purged(self) -> None:
+        """Forget what this handle read ahead and the leases it wrote: the queue was purged."""
+        self._read_ahead.clear()
+        self.own_leases.clear()
 
     def _busy_lanes(self, owned: Collection[int], now: int) -> list[int]:
         """Lanes with visible messages in the first head buckets that hold any, oldest first.

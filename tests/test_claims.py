@@ -50,3 +50,14 @@ def test_dropped_claims_are_free_at_once_and_expired_ones_are_pruned() -> None:
     assert len(claims) == 10
     claims.pick([], 1, 1, hold=1.0, clock=PRUNE_EVERY + 40.0)  # everything ran out
     assert len(claims) == 0
+
+
+def test_acked_claims_are_skipped_a_little_longer_but_not_counted() -> None:
+    claims = Claims()
+    claims.pick(ROWS, 10, 1, hold=30.0, clock=0.0)
+    claims.done([(r.bucket, r.id) for r in ROWS[:10]], clock=1.0, linger=1.0)
+
+    assert len(claims) == 0  # nothing in flight: a receive asks for no extra rows
+    # a sibling's read-ahead still lists them: skipped until the linger ends
+    assert claims.pick(ROWS, 5, 1, hold=30.0, clock=1.5) == ROWS[10:15]
+    assert claims.pick(ROWS[:10], 5, 1, hold=30.0, clock=2.5) == ROWS[:5]

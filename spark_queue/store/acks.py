@@ -18,6 +18,9 @@ and read, propose, commit) and writes to their Paxos state. ``ack`` with
    per bucket (the message's TTL kept), and the conditional ones through
    ``Buckets.ack`` as before.
 
+(A receipt the acking handle leased itself skips even the read: it is written
+plainly at once, see ``own_leases.py``; what follows is for every other receipt.)
+
 When it pays: not on one node, so it is off unless asked for
 (``Queue.plain_acks``). On a single node the Paxos round never leaves the
 process, so one conditional request costs less than two plain ones: measured
@@ -127,13 +130,22 @@ def plan(
     return result
 
 
-def ack(buckets: Buckets, checks: Sequence[LeaseCheck], *, plain: bool) -> set[Key]:
+def ack(
+    buckets: Buckets,
+    checks: Sequence[LeaseCheck],
+    *,
+    plain: bool,
+    own: Sequence[LeaseCheck] = (),
+) -> set[Key]:
     """Ack each message whose current lease is the given one; return the stale ``(bucket, id)``.
 
-    The contract of ``Buckets.ack``. With ``plain``, a read and a plain write
+    The contract of ``Buckets.ack``. ``own`` are receipts whose lease the
+    caller wrote itself and surely still holds (``own_leases.py``): a plain
+    write each, no read. Of ``checks``, with ``plain``, a read and a plain write
     per bucket while the leases surely hold, a conditional write for the rest
     (module doc); without, a conditional write per bucket.
     """
+    write_plain(buckets, own, now_ms())
     if not checks:
         return set()
     if not plain:
@@ -141,8 +153,21 @@ def ack(buckets: Buckets, checks: Sequence[LeaseCheck], *, plain: bool) -> set[K
     held = read(buckets, [(c.bucket, c.id) for c in checks])
     now = now_ms()  # after the read: the margin counts from here to the write
     sorted_ = plan(checks, held, now, int(ACK_PLAIN_MARGIN * 1000))
+    write_plain(buckets, sorted_.plain, now)
+    stale = sorted_.stale
+    if sorted_.conditional:
+        stale |= buckets.ack(sorted_.conditional, now)
+    return stale
+
+
+def write_plain(buckets: Buckets, checks: Sequence[LeaseCheck], now: int) -> None:
+    """Mark messages acked with one unconditional ``UPDATE ... WHERE id IN`` per bucket.
+
+    Each keeps its message's TTL, so an ``acked`` cell written to a row removed
+    meanwhile goes when the message would have.
+    """
     groups: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for c in sorted_.plain:
+    for c in checks:
         groups[(c.bucket, ttl_left(c.expires_at, now))].append(c.id)
     buckets.store.execute_many(
         [
@@ -152,10 +177,6 @@ def ack(buckets: Buckets, checks: Sequence[LeaseCheck], *, plain: bool) -> set[K
         ],
         what="acking messages",
     )
-    stale = sorted_.stale
-    if sorted_.conditional:
-        stale |= buckets.ack(sorted_.conditional, now)
-    return stale
 
 
 def read(buckets: Buckets, keys: Sequence[Key]) -> dict[Key, Held]:
