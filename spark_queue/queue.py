@@ -7,8 +7,10 @@
 * ``lanes.py``: a message's lane, and the lanes a consumer owns;
 * ``receiving.py``: scans of owned lanes, plain leases, named buckets;
 * ``claims.py``: what the threads sharing one handle hold;
+* ``own_leases.py``: the leases a handle wrote, acked without a read;
 * ``dead_letters.py``: ``max_deliveries`` and the dead-letter queue;
-* ``steps.py``: replayable consumer steps (the Spark source);
+* ``queue_steps.py`` (``Queue.steps``): replayable consumer steps (the Spark
+  source), over the step journal of ``steps.py``;
 * ``maintenance.py``: sealing and dropping buckets, moving the head;
 * ``bounds.py``: what a handle knows of the head, the tail and idle buckets;
 * ``counting.py``: approximate counts at a bounded cost per call;
@@ -21,10 +23,12 @@ How a message moves (seed 000, BlueDove; seed 001, CassieQ): a send takes ids
 from a block of the queue's sequence and writes each message into bucket
 ``id // bucket_size``; a receive scans its lanes from the head for visible
 messages and leases some with a plain batch per bucket; an ack sets ``acked``
-where the lease is still the receipt's (no tombstone per message): a
-conditional batch per bucket (or, opted in with ``plain_acks``, a read and a
-plain write per bucket while the lease surely holds: ``store/acks.py``); sealed, fully acked buckets
-are dropped whole and the head moves past them.
+where the lease is still the receipt's (no tombstone per message): a plain
+write per bucket for leases the acking handle wrote itself and surely still
+holds (``own_leases.py``), else a conditional batch per bucket (or, opted in
+with ``plain_acks``, a read and a plain write per bucket while the lease surely
+holds: ``store/acks.py``); sealed, fully acked buckets are dropped whole and
+the head moves past them.
 
 Ownership of work between competing consumers (details in ``lanes.py`` and
 ``receiving.py``): every message has a lane (from its key, or its sending
@@ -53,7 +57,6 @@ from spark_queue.dead_letters import DeadLetters
 from spark_queue.defaults import ACK_PLAIN_MARGIN, MAX_BATCH, MAX_ORDER_HINT, SETTINGS_REFRESH
 from spark_queue.errors import (
     InvalidMessage,
-    InvalidSetting,
     QueueNotFound,
     SparkQueueError,
     StaleReceipt,
@@ -63,11 +66,12 @@ from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Message, QueueStats, Receipt, new_lease
 from spark_queue.metrics import QueueCounters
 from spark_queue.producer import Producer
-from spark_queue.receiving import Leased, Receiver, as_datetime
+from spark_queue.queue_steps import QueueSteps
+from spark_queue.receiving import Receiver, as_datetime
 from spark_queue.redrive import RedriveResult, redrive
 from spark_queue.sending import Headers, Keys, Payload, Sender
 from spark_queue.settings_change import read_settings
-from spark_queue.steps import Steps, step_lease
+from spark_queue.steps import Steps
 from spark_queue.store import acks
 from spark_queue.store.buckets import Buckets, LeaseCheck, StoredMessage, now_ms
 from spark_queue.store.session import Store
@@ -121,9 +125,12 @@ class Queue:
         self._receiving = Receiver(
             self.buckets, self._bounds, self._maintenance, self._dead_letters, settings
         )
-        self._steps = Steps(store, self.buckets, name)
         self._counter = QueueCounter(store, queue_id, settings.bucket_size)
         self._counts = QueueCounters.of(name)  # this process's Prometheus counters
+        # replayable consumer steps (the Spark source): queue_steps.py
+        self.steps = QueueSteps(
+            self, Steps(store, self.buckets, name), self._receiving, self._counts
+        )
         self._producer_lock = threading.Lock()
         self._producer: Producer | None = None  # send_async's, made on first use
         self.plain_acks = False  # opt-in: see store/acks.py for when it pays
@@ -324,13 +331,13 @@ class Queue:
             Deliveries in id order, each with its receipt. Empty if nothing was
             visible within ``wait``.
         """
-        count, timeout_ms, hint = self._receive_args(max_messages, visibility_timeout, order_hint)
+        count, timeout_ms, hint = self.receive_args(max_messages, visibility_timeout, order_hint)
         seconds = check_seconds("wait", wait, allow_zero=True)
         deliveries = self._receiving.receive(count, timeout_ms, hint, seconds, buckets)
         self._counts.received.inc(len(deliveries))
         return deliveries
 
-    def _receive_args(
+    def receive_args(
         self, max_messages: int, visibility_timeout: float | None, order_hint: int | None
     ) -> tuple[int, int, int]:
         """``(count, timeout_ms, hint)`` checked, the queue's defaults filled in."""
@@ -470,188 +477,6 @@ class Queue:
         self._receiving.claims.drop([(r.bucket, r.id)])
         self._receiving.own_leases.forget([(r.bucket, r.id)])
         return Receipt(self.queue_id, r.bucket, r.id, lease, r.expires_at_ms).encode()
-
-    # -- replayable consumer steps (the Spark source) -------------------------------------
-
-    def receive_step(
-        self,
-        consumer: str,
-        step: int,
-        part: int,
-        max_messages: int,
-        *,
-        visibility_timeout: float | None = None,
-        order_hint: int | None = None,
-        buckets: Sequence[int] | None = None,
-        fail_on_data_loss: bool = False,
-        reclaim: bool = False,
-    ) -> list[Delivery]:
-        """Receive for one step of a replayable consumer, or replay it (see ``steps.py``).
-
-        The first call for ``(consumer, step, part)`` receives as ``receive``
-        does and records the deliveries in the journal before returning them.
-        Any later call returns the same deliveries (same messages, same
-        receipts) instead of receiving new ones. Named ``buckets`` are leased
-        under the step part's own token (``steps.step_lease``).
-
-        Args:
-            reclaim: A retry of a part that may have died between its lease
-                and its journal record (a restarted query, a retried task):
-                first take back what the part leased then (named buckets only).
-
-        Raises:
-            DataLoss: With ``fail_on_data_loss``, a replay found messages gone.
-        """
-        if buckets is None:
-            return self._steps.receive(
-                consumer,
-                step,
-                part,
-                lambda: self.receive(max_messages, visibility_timeout, order_hint),
-                fail_on_data_loss=fail_on_data_loss,
-            )
-        return self._receive_step_named(
-            consumer, step, part, buckets, None, max_messages, visibility_timeout, order_hint,
-            fail_on_data_loss=fail_on_data_loss, reclaim=reclaim,
-        )  # fmt: skip
-
-    def receive_step_leased(
-        self,
-        consumer: str,
-        step: int,
-        part: int,
-        max_messages: int,
-        *,
-        buckets: Sequence[int],
-        visibility_timeout: float | None = None,
-        order_hint: int | None = None,
-        fail_on_data_loss: bool = False,
-        reclaim: bool = False,
-        first_attempt: bool = False,
-    ) -> list[Leased]:
-        """``receive_step`` in named buckets, as messages with their leases (no receipts).
-
-        For a caller that hands out the messages' fields and acks the step as a
-        whole (the Spark source): it skips building a receipt per message.
-        Leased under the step part's own token, as ``receive_step`` does.
-        ``first_attempt``: no attempt of this part ran before, so the journal
-        holds nothing for it and is not read (see ``Steps.receive_leased``).
-
-        Raises:
-            DataLoss: With ``fail_on_data_loss``, a replay found messages gone.
-        """
-        count, timeout_ms, hint = self._receive_args(max_messages, visibility_timeout, order_hint)
-        token = step_lease(self.queue_id, consumer, step, part)
-
-        def lease() -> list[Leased]:
-            leased = self._receiving.lease_named(
-                buckets, count, timeout_ms, hint, token=token, reclaim=reclaim
-            )
-            self._counts.received.inc(len(leased))
-            return leased
-
-        return self._steps.receive_leased(
-            consumer,
-            step,
-            part,
-            lease,
-            fail_on_data_loss=fail_on_data_loss,
-            first_attempt=first_attempt,
-        )
-
-    def receive_step_slice(
-        self,
-        consumer: str,
-        step: int,
-        part: int,
-        max_messages: int,
-        *,
-        bucket: int,
-        ids: tuple[int, int],
-        visibility_timeout: float | None = None,
-        order_hint: int | None = None,
-        fail_on_data_loss: bool = False,
-        reclaim: bool = False,
-    ) -> list[Delivery]:
-        """``receive_step`` in one id slice of one bucket: ids ``ids[0] <= id < ids[1]``.
-
-        For a step that split a bucket among several parts (the Spark source's
-        ``minPartitions``); the caller owns the bucket for the step. Recorded
-        and replayed as ``receive_step`` is.
-
-        Raises:
-            InvalidSetting: A bad count, timeout or order hint, or a slice
-                outside ``bucket``.
-            DataLoss: With ``fail_on_data_loss``, a replay found messages gone.
-        """
-        size = self.settings.bucket_size
-        if not bucket * size <= ids[0] < ids[1] <= (bucket + 1) * size:
-            raise InvalidSetting(
-                f"id slice {list(ids)}: must be a non-empty range of ids inside bucket {bucket}"
-                f" ({bucket * size} to {(bucket + 1) * size})"
-            )
-        return self._receive_step_named(
-            consumer, step, part, (bucket,), ids, max_messages, visibility_timeout, order_hint,
-            fail_on_data_loss=fail_on_data_loss, reclaim=reclaim,
-        )  # fmt: skip
-
-    def _receive_step_named(
-        self,
-        consumer: str,
-        step: int,
-        part: int,
-        buckets: Sequence[int],
-        ids: tuple[int, int] | None,
-        max_messages: int,
-        visibility_timeout: float | None,
-        order_hint: int | None,
-        *,
-        fail_on_data_loss: bool,
-        reclaim: bool,
-    ) -> list[Delivery]:
-        count, timeout_ms, hint = self._receive_args(max_messages, visibility_timeout, order_hint)
-        token = step_lease(self.queue_id, consumer, step, part)
-
-        def receive() -> list[Delivery]:
-            deliveries = self._receiving.receive_named(
-                buckets, count, timeout_ms, hint, ids=ids, token=token, reclaim=reclaim
-            )
-            self._counts.received.inc(len(deliveries))
-            return deliveries
-
-        return self._steps.receive(
-            consumer, step, part, receive, fail_on_data_loss=fail_on_data_loss
-        )
-
-    def renew_step(
-        self, consumer: str, step: int, visibility_timeout: float | None = None
-    ) -> tuple[int, int]:
-        """Extend the leases of a consumer step by ``visibility_timeout`` from now.
-
-        Costs one journal read and one conditional batch per bucket; a lease
-        already lost is not revived.
-
-        Returns:
-            ``(renewed, lost)``.
-        """
-        timeout = (
-            self.settings.visibility_timeout if visibility_timeout is None else visibility_timeout
-        )
-        return self._steps.renew(consumer, step, round(timeout * 1000))
-
-    def ack_step(self, consumer: str, step: int) -> tuple[int, int]:
-        """Ack everything a consumer step received, then forget the step.
-
-        Idempotent: acking a step again finds nothing to do.
-
-        Returns:
-            ``(acked, stale)``: stale ones were received again by someone else
-            after their lease ran out (a duplicate delivery) or acked already.
-        """
-        acked, stale = self._steps.ack(consumer, step)
-        self._counts.acked.inc(acked)
-        self._counts.stale_acks.inc(stale)
-        return acked, stale
 
     # -- inspection ------------------------------------------------------------------
 

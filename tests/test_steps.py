@@ -36,9 +36,9 @@ def test_a_replayed_step_returns_the_same_deliveries(client: QueueClient) -> Non
     queue = client.create_queue("steps", bucket_size=5)
     queue.send_batch([str(i).encode() for i in range(12)])
 
-    first = queue.receive_step("query-1", 7, 0, 4, buckets=[0, 1])
-    replay = queue.receive_step("query-1", 7, 0, 4, buckets=[0, 1])
-    other_part = queue.receive_step("query-1", 7, 1, 4, buckets=[2])
+    first = queue.steps.receive("query-1", 7, 0, 4, buckets=[0, 1])
+    replay = queue.steps.receive("query-1", 7, 0, 4, buckets=[0, 1])
+    other_part = queue.steps.receive("query-1", 7, 1, 4, buckets=[2])
 
     assert [d.payload for d in first] == [b"0", b"1", b"2", b"3"]
     assert [(d.id, d.receipt, d.delivery_count) for d in replay] == [
@@ -51,24 +51,24 @@ def test_a_replayed_step_returns_the_same_deliveries(client: QueueClient) -> Non
 def test_acking_a_step_acks_every_part_once(client: QueueClient) -> None:
     queue = client.create_queue("ack-steps", bucket_size=5)
     queue.send_batch([str(i).encode() for i in range(10)])
-    queue.receive_step("q", 1, 0, 5, buckets=[0])
-    queue.receive_step("q", 1, 1, 5, buckets=[1])
+    queue.steps.receive("q", 1, 0, 5, buckets=[0])
+    queue.steps.receive("q", 1, 1, 5, buckets=[1])
 
-    assert queue.ack_step("q", 1) == (10, 0)
-    assert queue.ack_step("q", 1) == (0, 0)  # idempotent: a restarted query commits again
+    assert queue.steps.ack("q", 1) == (10, 0)
+    assert queue.steps.ack("q", 1) == (0, 0)  # idempotent: a restarted query commits again
     assert queue.stats().total == 0
     # a step never recorded before is received afresh
-    assert queue.receive_step("q", 1, 0, 5) == []
+    assert queue.steps.receive("q", 1, 0, 5) == []
 
 
 def test_ack_step_counts_messages_redelivered_elsewhere_as_stale(client: QueueClient) -> None:
     queue = client.create_queue("stale-steps", visibility_timeout=0.2)
     queue.send(b"slow")
-    queue.receive_step("q", 1, 0, 1)
+    queue.steps.receive("q", 1, 0, 1)
     time.sleep(0.3)
     (other,) = queue.receive(1)  # the lease ran out; another consumer got it
 
-    assert queue.ack_step("q", 1) == (0, 1)
+    assert queue.steps.ack("q", 1) == (0, 1)
     queue.ack(other.receipt)
 
 
@@ -79,9 +79,9 @@ def test_a_leased_step_replays_the_same_leases_and_acks_what_it_still_holds(
     queue.send_batch([str(i).encode() for i in range(8)])
 
     # (a first attempt skips the journal's read, and still records what it leased)
-    first = queue.receive_step_leased("q", 1, 0, 3, buckets=[0], first_attempt=True)
-    replay = queue.receive_step_leased("q", 1, 0, 3, buckets=[0])
-    queue.receive_step_leased("q", 1, 1, 4, buckets=[1], visibility_timeout=60)
+    first = queue.steps.receive_leased("q", 1, 0, 3, buckets=[0], first_attempt=True)
+    replay = queue.steps.receive_leased("q", 1, 0, 3, buckets=[0])
+    queue.steps.receive_leased("q", 1, 1, 4, buckets=[1], visibility_timeout=60)
 
     assert [m.payload for m, _ in first] == [b"0", b"1", b"2"]
     assert [(m.id, w.lease, w.delivery_count) for m, w in replay] == [
@@ -92,7 +92,7 @@ def test_a_leased_step_replays_the_same_leases_and_acks_what_it_still_holds(
     assert [d.payload for d in taken] == [b"0"]
 
     # the other consumer's delivery is not acked by the step, the rest are
-    assert queue.ack_step("q", 1) == (6, 1)
+    assert queue.steps.ack("q", 1) == (6, 1)
     assert queue.stats(exact=True).total == 2  # message 0 (held elsewhere) and 3 (never read)
     queue.ack(taken[0].receipt)
     assert payloads_of(queue) == [b"3"]
@@ -198,16 +198,16 @@ def test_slices_of_a_bucket_receive_only_their_ids_replay_alike_and_ack_with_the
     queue = client.create_queue("sliced", bucket_size=10)
     ids = queue.send_batch([str(i).encode() for i in range(10)])
 
-    low = queue.receive_step_slice("q", 3, 0, 10, bucket=0, ids=(0, 4))
-    high = queue.receive_step_slice("q", 3, 1, 10, bucket=0, ids=(4, 10))
-    again = queue.receive_step_slice("q", 3, 0, 10, bucket=0, ids=(0, 4))
+    low = queue.steps.receive_slice("q", 3, 0, 10, bucket=0, ids=(0, 4))
+    high = queue.steps.receive_slice("q", 3, 1, 10, bucket=0, ids=(4, 10))
+    again = queue.steps.receive_slice("q", 3, 0, 10, bucket=0, ids=(0, 4))
 
     assert [d.id for d in low] == ids[:4] and [d.id for d in high] == ids[4:]
     assert [(d.id, d.receipt) for d in again] == [(d.id, d.receipt) for d in low]
-    assert queue.ack_step("q", 3) == (10, 0)
+    assert queue.steps.ack("q", 3) == (10, 0)
     assert queue.stats().total == 0
     with pytest.raises(SparkQueueError, match=r"id slice \[8, 12\]: must be a non-empty range"):
-        queue.receive_step_slice("q", 4, 0, 10, bucket=0, ids=(8, 12))
+        queue.steps.receive_slice("q", 4, 0, 10, bucket=0, ids=(8, 12))
 
 
 class Crash(Exception):
@@ -227,19 +227,19 @@ def test_a_part_that_died_between_its_lease_and_its_journal_takes_its_messages_b
     with monkeypatch.context() as patch:
         patch.setattr(Journal, "record", killed)
         with pytest.raises(Crash):
-            queue.receive_step("q", 5, 0, 4, buckets=[0])
+            queue.steps.receive("q", 5, 0, 4, buckets=[0])
         with pytest.raises(Crash):
-            queue.receive_step_slice("q", 5, 1, 3, bucket=0, ids=(6, 10))
+            queue.steps.receive_slice("q", 5, 1, 3, bucket=0, ids=(6, 10))
     assert queue.stats().in_flight == 7  # hidden for the 600 s of their leases
 
     # When the parts are tried again (a restarted query replays the step)
-    retry = queue.receive_step("q", 5, 0, 4, buckets=[0], reclaim=True)
-    retry_slice = queue.receive_step_slice("q", 5, 1, 3, bucket=0, ids=(6, 10), reclaim=True)
+    retry = queue.steps.receive("q", 5, 0, 4, buckets=[0], reclaim=True)
+    retry_slice = queue.steps.receive_slice("q", 5, 1, 3, bucket=0, ids=(6, 10), reclaim=True)
 
     # Then they take back exactly what their first attempts leased, counted as one delivery
     assert [d.id for d in retry] == ids[:4]
     assert [d.id for d in retry_slice] == ids[6:9]
     assert {d.delivery_count for d in retry + retry_slice} == {1}
     # and the step's ack covers them: only the three never leased are left
-    assert queue.ack_step("q", 5) == (7, 0)
+    assert queue.steps.ack("q", 5) == (7, 0)
     assert queue.stats().total == 3

@@ -1,7 +1,7 @@
 """The source's executor side: a partition's receive, its rows as Arrow, shared handles.
 
 A task of the streaming source receives its partition's share of a step
-(``Queue.receive_step_leased``: leases and the journal, see ``steps.py``) and
+(``Queue.steps.receive_leased``: leases and the journal, see ``steps.py``) and
 returns the messages as one Arrow batch built a column at a time; a batch read
 (``spark.read``) peeks instead. Each Python worker process keeps one client per
 connection settings and reuses its queue handles for ``QUEUE_REFRESH`` seconds,
@@ -117,7 +117,7 @@ def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:
         return
     # Neither a replay nor a retried task: no attempt of this part ran before.
     reclaim = may_reclaim(partition)
-    leased = queue.receive_step_leased(
+    leased = queue.steps.receive_leased(
         partition.stream,
         partition.step,
         partition.part,

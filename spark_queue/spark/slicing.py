@@ -126,7 +126,7 @@ def receive_slice(queue: Queue, partition: BucketPartition, *, reclaim: bool) ->
     """In a task: the deliveries of one slice part (recorded, so a replay returns them again)."""
     assert partition.ids is not None
     options = partition.options
-    return queue.receive_step_slice(
+    return queue.steps.receive_slice(
         partition.stream,
         partition.step,
         partition.part,

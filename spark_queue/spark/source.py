@@ -424,7 +424,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _ack(self, name: str, stream: str, step: int) -> None:
         try:
-            acked, stale = self._queue(name).ack_step(stream, step)
+            acked, stale = self._queue(name).steps.ack(stream, step)
         except QueueNotFound:
             log.warning("bdq source: queue %r was deleted before step %d was acked", name, step)
             return
@@ -460,7 +460,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _renew(self, queue: str, step: int) -> tuple[int, int]:
         handle = self._queue(queue)
         self._sharing.renew(handle, step, self._ownership_period(handle))
-        return handle.renew_step(self._stream, step, self.options.visibility_timeout)
+        return handle.steps.renew(self._stream, step, self.options.visibility_timeout)
 
     def stop(self) -> None:
         """The query stops: the last ack finishes, renewal stops, buckets are freed.
