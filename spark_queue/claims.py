@@ -59,16 +59,23 @@ class Claims:
                 self._until = {k: t for k, t in self._until.items() if t > clock}
                 self._done = {k: t for k, t in self._done.items() if t > clock}
                 self._pruned_at = clock
-            free = [
-                m
-                for m in found
-                if self._until.get((m.bucket, m.id), 0.0) <= clock
-                and self._done.get((m.bucket, m.id), 0.0) <= clock
-            ]
-            chosen = pick_oldest(free, count, hint, self.rng)
+            chosen = pick_oldest(self._free(found, clock), count, hint, self.rng)
             for m in chosen:
                 self._until[(m.bucket, m.id)] = clock + hold
         return chosen
+
+    def free(self, found: Sequence[K], clock: float) -> list[K]:
+        """The messages of ``found`` that no thread of the handle holds or just acked."""
+        with self._lock:
+            return self._free(found, clock)
+
+    def _free(self, found: Sequence[K], clock: float) -> list[K]:
+        return [
+            m
+            for m in found
+            if self._until.get((m.bucket, m.id), 0.0) <= clock
+            and self._done.get((m.bucket, m.id), 0.0) <= clock
+        ]
 
     def drop(self, keys: Iterable[tuple[int, int]]) -> None:
         """Forget claims (lost to another consumer, or made visible again)."""

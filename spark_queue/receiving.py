@@ -81,10 +81,22 @@ LANE_TAKES = 4
 IDLE_NOTES = 4096
 #: Fewest buckets ``visible_buckets`` probes at once.
 PROBE_WINDOW = 8
-#: A lane's scan reads this many receives' worth of rows; the rest wait for the next receives.
+#: A lane's scan reads up to this many receives' worth of rows; the rest wait for the next receives.
 PREFETCH = 4
+#: Most payload bytes one lane's read-ahead may hold, counting each row at the largest size allowed.
+READ_AHEAD_BYTES = 8 * 1024 * 1024
 #: Milliseconds rows read ahead are used before the lane is scanned again.
 PREFETCH_HOLD_MS = 1000
+
+
+def scan_limit(want: int, max_message_bytes: int) -> int:
+    """Rows a lane's scan reads for a receive wanting ``want``: up to ``PREFETCH`` times more.
+
+    The rows beyond ``want`` (read ahead) are bounded by ``READ_AHEAD_BYTES`` at
+    the queue's largest message size, so a queue of large messages reads
+    little or nothing ahead (Kafka bounds its fetches by bytes, too).
+    """
+    return want + min(want * (PREFETCH - 1), READ_AHEAD_BYTES // max_message_bytes)
 
 
 def as_datetime(ms: int) -> datetime:
@@ -201,9 +213,10 @@ class Receiver:
         # Claimed rows show up only while a sibling thread's lease is in flight.
         want = count * hint + min(len(self.claims), 4 * count)
         lane_of: dict[tuple[int, int], int] = {}
+        until_of: dict[int, int] = {}  # lane -> until when its rows may be read ahead (ms)
         found: list[StoredMessage] = []
         for lane in lanes.safe_lanes():
-            rows = self._lane_rows(lane, want - len(found), now)
+            rows, until_of[lane] = self._lane_rows(lane, want - len(found), now)
             lanes.note(lane, bool(rows))
             lane_of.update(((m.bucket, m.id), lane) for m in rows)
             found.extend(rows)
@@ -217,7 +230,9 @@ class Receiver:
             taken = lanes.look(functools.partial(self._busy_lanes, now=now))
             if taken is None:
                 break
-            rows = self._lane_visible(taken, want - len(found), now, limit=want * PREFETCH)
+            short = want - len(found)
+            limit = scan_limit(short, self._settings.max_message_bytes)
+            rows = self._lane_visible(taken, short, now, limit=limit)
             lane_of.update(((m.bucket, m.id), taken) for m in rows)
             found.extend(rows)
             if not found:
@@ -233,7 +248,7 @@ class Receiver:
         self.claims.drop((m.bucket, m.id) for m in late)
         live = [m for m in live if lane_of[(m.bucket, m.id)] in safe]
         self._advance_floors(found, lane_of, picked - {(m.bucket, m.id) for m in late}, timeout_ms)
-        self._keep_ahead(found, lane_of, picked, safe, now)
+        self._keep_ahead(found, lane_of, picked, safe, until_of, now, timeout_ms)
         if not live:
             return []
         # One lease token for the receive: its leases agree on everything but the
@@ -258,23 +273,32 @@ class Receiver:
         self.own_leases.record(((w.bucket, w.id, token) for _, w in won), clock + timeout_ms / 1000)
         return [delivery_of(self._buckets.queue_id, m, w) for m, w in won]
 
-    def _lane_rows(self, lane: int, want: int, now: int) -> list[StoredMessage]:
-        """``lane``'s visible messages for this receive: read ahead before, or scanned now.
+    def _lane_rows(self, lane: int, want: int, now: int) -> tuple[list[StoredMessage], int]:
+        """``lane``'s visible messages for this receive, and until when the rest may be kept.
 
-        A scan reads up to ``PREFETCH`` receives' worth of the lane (Kafka's
-        consumer fetches more than one poll returns, too): one request instead
+        The rows come from the lane's read-ahead, or from a scan now.
+
+        A scan reads up to ``PREFETCH`` receives' worth of the lane
+        (``scan_limit``; Kafka's consumer fetches more than one poll returns,
+        too): one request instead
         of several, since what a scan costs is mostly per request. What this
         receive does not take is kept for ``PREFETCH_HOLD_MS`` and handed to the
         next receives of the handle. Rows read ahead stay good: they were
         visible, only the lane's owner leases in it (and leases only while it
         surely owns it), and a redelivered message acked meanwhile is caught by
-        the lease read-back as any other. Short of ``want``, they are dropped
-        and the lane scanned again from its floor (which stops before them).
+        the lease read-back as any other. The rows of one scan are kept
+        ``PREFETCH_HOLD_MS`` from that scan, however often they are passed on;
+        short of ``want``, they are dropped and the lane scanned again from its
+        floor (which stops before them).
         """
         ahead = self._read_ahead.pop(lane, None)
-        if ahead is not None and ahead.until > now and len(ahead.rows) >= want:
-            return ahead.rows
-        return self._lane_visible(lane, want, now, limit=want * PREFETCH)
+        if ahead is not None and ahead.until > now:
+            # what sibling threads took from these rows meanwhile is theirs
+            rows = self.claims.free(ahead.rows, time.monotonic())
+            if len(rows) >= want:
+                return rows, ahead.until
+        limit = scan_limit(want, self._settings.max_message_bytes)
+        return self._lane_visible(lane, want, now, limit=limit), now + PREFETCH_HOLD_MS
 
     def _keep_ahead(
         self,
@@ -282,16 +306,29 @@ class Receiver:
         lane_of: dict[tuple[int, int], int],
         picked: set[tuple[int, int]],
         safe: Collection[int],
+        until_of: dict[int, int],
         now: int,
+        timeout_ms: int,
     ) -> None:
-        """Keep the rows of lanes still surely ours that this receive did not take."""
+        """Keep the rows of lanes still surely ours that this receive did not take.
+
+        Until the first of: ``until_of[lane]``, the time its rows were read plus
+        ``PREFETCH_HOLD_MS`` (a lane taken in this receive: read now); the time a
+        lease this receive writes may run out; the end of the lane's floor
+        (``_advance_floors``). Past any of them an older message of the lane
+        may be visible again, and only a scan from the floor sees it first.
+        """
         rest: dict[int, list[StoredMessage]] = {}
         for m in found:
             lane = lane_of[(m.bucket, m.id)]
             if lane in safe and (m.bucket, m.id) not in picked:
                 rest.setdefault(lane, []).append(m)
         for lane, rows in rest.items():
-            self._read_ahead[lane] = ReadAhead(rows, now + PREFETCH_HOLD_MS)
+            until = min(until_of.get(lane, now + PREFETCH_HOLD_MS), now + timeout_ms)
+            floor = self._lane_floor.get(lane)
+            if floor is not None:
+                until = min(until, floor.until)
+            self._read_ahead[lane] = ReadAhead(rows, until)
 
     def _lane_visible(
         self, lane: int, want: int, now: int, limit: int | None = None

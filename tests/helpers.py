@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import random
 
+import pytest
+
 from spark_queue.bench.faults_pipeline import PHASES, PipelineFaultsResult
 from spark_queue.message import Delivery
 from spark_queue.queue import Queue
+from spark_queue.store import acks
+from spark_queue.store.buckets import Buckets, LeaseCheck
 
 
 def drain_deliveries(queue: Queue, *, batch: int = 100, wait: float = 0.0) -> list[Delivery]:
@@ -22,6 +26,28 @@ def drain_deliveries(queue: Queue, *, batch: int = 100, wait: float = 0.0) -> li
 def drain(queue: Queue, *, batch: int = 100, wait: float = 0.0) -> list[bytes]:
     """Receive and ack until the queue has nothing visible; return the payloads."""
     return [d.payload for d in drain_deliveries(queue, batch=batch, wait=wait)]
+
+
+def count_ack_paths(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count the messages each conditional ack and each ack read of ``queue`` is asked for.
+
+    Which way an ack went (``own_leases.py``, ``store/acks.py``) is seen here:
+    an own lease costs neither, a plain ack a read, a checked one the condition.
+    """
+    counts = {"conditional": 0, "read": 0}
+    conditional, read = queue.buckets.ack, acks.read
+
+    def counted_ack(checks: list[LeaseCheck], now: int) -> set[tuple[int, int]]:
+        counts["conditional"] += len(checks)
+        return conditional(checks, now)
+
+    def counted_read(buckets: Buckets, keys: list[tuple[int, int]]) -> dict[acks.Key, acks.Held]:
+        counts["read"] += len(keys)
+        return read(buckets, keys)
+
+    monkeypatch.setattr(queue.buckets, "ack", counted_ack)
+    monkeypatch.setattr(acks, "read", counted_read)
+    return counts
 
 
 def chosen_seed() -> int:

@@ -2,8 +2,9 @@
 
 A fast test of the pure sorting, then the contract against a real Cassandra
 node with plain acks turned on (they are opt-in): which path each ack takes is
-observed by counting the conditional acks (``Buckets.ack``), and each stale case
-changes nothing.
+observed by counting the conditional acks (``Buckets.ack``) and the ack's reads
+(own-lease acks are turned off here, so receipts take the read; see
+tests/test_own_leases.py for those), and each stale case changes nothing.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import pytest
 from spark_queue import ConnectionSettings, QueueClient, StaleReceipt
 from spark_queue.bench.queue_bench import run_queue_bench
 from spark_queue.defaults import ACK_PLAIN_MARGIN
+from spark_queue.own_leases import OwnLeases
 from spark_queue.queue import Queue
 from spark_queue.store import acks
 from spark_queue.store.acks import Held
 from spark_queue.store.buckets import Buckets, LeaseCheck
+from tests.helpers import count_ack_paths
 
 MARGIN = 2000
 
@@ -66,18 +69,11 @@ def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
         yield c
 
 
-def _count_conditional(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Turn plain acks on; count the messages each conditional ack of ``queue`` is asked for."""
+def _count_conditional(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Turn plain acks on and own-lease acks off (so receipts take the read); count the paths."""
     monkeypatch.setattr(queue, "plain_acks", True)
-    calls: list[int] = []
-    conditional = queue.buckets.ack
-
-    def counted(checks: list[LeaseCheck], now: int) -> set[tuple[int, int]]:
-        calls.append(len(checks))
-        return conditional(checks, now)
-
-    monkeypatch.setattr(queue.buckets, "ack", counted)
-    return calls
+    monkeypatch.setattr(queue, "ack_own_leases", False)
+    return count_ack_paths(queue, monkeypatch)
 
 
 @pytest.mark.cassandra
@@ -87,11 +83,11 @@ def test_plain_ack_acks_once_and_a_second_ack_is_stale(
     queue = client.create_queue("plain", visibility_timeout=30, bucket_size=4)
     queue.send_batch([b"a", b"b", b"c", b"d", b"e", b"f"])  # two buckets
     deliveries = queue.receive(6)
-    conditional = _count_conditional(queue, monkeypatch)
+    paths = _count_conditional(queue, monkeypatch)
 
     assert queue.ack_batch([d.receipt for d in deliveries]) == []
 
-    assert conditional == []  # 30 s of lease left: no Paxos round
+    assert paths == {"conditional": 0, "read": 6}  # 30 s of lease left: no Paxos round
     assert queue.stats(exact=True).total == 0
     with pytest.raises(StaleReceipt, match="1 of 1 receipt"):
         queue.ack(deliveries[0].receipt)
@@ -109,7 +105,7 @@ def test_ack_after_the_lease_ran_out_and_another_delivery_is_stale(
     (first,) = queue.receive(1)
     time.sleep(0.5)
     (second,) = queue.receive(1, visibility_timeout=30)  # far from its deadline
-    conditional = _count_conditional(queue, monkeypatch)
+    paths = _count_conditional(queue, monkeypatch)
 
     with pytest.raises(StaleReceipt):
         queue.ack(first.receipt)
@@ -117,7 +113,7 @@ def test_ack_after_the_lease_ran_out_and_another_delivery_is_stale(
     # The new delivery was not acked by the old receipt: it stays in flight, its ack works.
     assert queue.stats(exact=True).total == 1
     queue.ack(second.receipt)
-    assert conditional == []
+    assert paths == {"conditional": 0, "read": 2}
     assert queue.stats(exact=True).total == 0
 
 
@@ -139,11 +135,11 @@ def test_ack_near_or_past_the_deadline_goes_through_the_condition(
     near_receipt = queue.change_visibility(near.receipt, ACK_PLAIN_MARGIN / 2)
     past_receipt = queue.change_visibility(past.receipt, 0.2)
     time.sleep(0.3)  # past's lease ran out; nobody received it again
-    conditional = _count_conditional(queue, monkeypatch)
+    paths = _count_conditional(queue, monkeypatch)
 
     assert queue.ack_batch([near_receipt, past_receipt, far.receipt]) == []
 
-    assert conditional == [2]  # near and past; far was a plain write
+    assert paths == {"conditional": 2, "read": 3}  # near and past; far was a plain write
     assert queue.stats(exact=True).total == 0
     assert queue.receive(3) == []
 
@@ -156,14 +152,14 @@ def test_ack_with_the_receipt_before_change_visibility_is_stale(
     queue.send(b"slow")
     (delivery,) = queue.receive(1)
     extended = queue.change_visibility(delivery.receipt, 60)
-    conditional = _count_conditional(queue, monkeypatch)
+    paths = _count_conditional(queue, monkeypatch)
 
     with pytest.raises(StaleReceipt):
         queue.ack(delivery.receipt)
     assert queue.stats(exact=True).total == 1  # the stale ack changed nothing
 
     queue.ack(extended)
-    assert conditional == []
+    assert paths == {"conditional": 0, "read": 2}
     assert queue.stats(exact=True).total == 0
 
 
@@ -179,6 +175,11 @@ def test_bench_queue_plain_acks_reach_every_receiver_and_lose_nothing(
         return ack(self, checks, now)
 
     monkeypatch.setattr(Buckets, "ack", counted)
+    reads: list[int] = []
+    read = acks.read
+    monkeypatch.setattr(acks, "read", lambda b, keys: reads.append(len(keys)) or read(b, keys))
+    # every receipt takes the read path, as it would with receipts from other handles
+    monkeypatch.setattr(OwnLeases, "take", lambda self, checks, clock, margin: ([], list(checks)))
 
     result = run_queue_bench(
         keyspace, messages=300, recv_threads=2, receive_batch=20, plain_acks=True, baseline=False
@@ -188,3 +189,4 @@ def test_bench_queue_plain_acks_reach_every_receiver_and_lose_nothing(
     assert result.distinct == 300 and result.loss_rate == 0 and result.corrupt == 0
     assert result.stale_acks == 0
     assert conditional == []  # every lease had 30 s left: all plain
+    assert sum(reads) >= 300  # ... through the read (each receipt once, stale ones again)

@@ -16,11 +16,10 @@ import pytest
 
 from spark_queue import ConnectionSettings, QueueClient, StaleReceipt
 from spark_queue import receiving as receiving_module
-from spark_queue.defaults import ACK_PLAIN_MARGIN
+from spark_queue.defaults import ACK_PLAIN_MARGIN, MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_LIMIT
 from spark_queue.own_leases import MAX_OWN, PRUNE_EVERY, OwnLeases
-from spark_queue.queue import Queue
-from spark_queue.store import acks
 from spark_queue.store.buckets import LeaseCheck
+from tests.helpers import count_ack_paths
 
 
 def _check(message_id: int, lease: int = 7) -> LeaseCheck:
@@ -81,6 +80,15 @@ def test_forget_clear_prune_and_bound() -> None:
     assert own.take([LeaseCheck(1, 0, 7, 10**13)], clock=0.0, margin=2.0)[0] == []  # oldest gone
 
 
+def test_read_ahead_is_bounded_by_receives_and_by_bytes() -> None:
+    # default message size: three more receives' worth (receives of 10)
+    assert receiving_module.scan_limit(10, MAX_MESSAGE_BYTES) == 40
+    # larger receives read ahead no more than 8 MiB of the largest messages allowed
+    assert receiving_module.scan_limit(1000, MAX_MESSAGE_BYTES) == 1000 + 32
+    # a queue of 16 MiB messages reads nothing ahead
+    assert receiving_module.scan_limit(10, MAX_MESSAGE_BYTES_LIMIT) == 10
+
+
 # -- against Cassandra ----------------------------------------------------------------
 
 
@@ -90,24 +98,6 @@ def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
         yield c
 
 
-def _count_paths(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Count the messages each conditional ack and each ack read of ``queue`` is asked for."""
-    counts = {"conditional": 0, "read": 0}
-    conditional, read = queue.buckets.ack, acks.read
-
-    def counted_ack(checks: list[LeaseCheck], now: int) -> set[tuple[int, int]]:
-        counts["conditional"] += len(checks)
-        return conditional(checks, now)
-
-    def counted_read(buckets: object, keys: list[tuple[int, int]]) -> object:
-        counts["read"] += len(keys)
-        return read(buckets, keys)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(queue.buckets, "ack", counted_ack)
-    monkeypatch.setattr(acks, "read", counted_read)
-    return counts
-
-
 @pytest.mark.cassandra
 def test_ack_of_an_own_lease_is_a_plain_write_and_a_second_ack_is_stale(
     client: QueueClient, monkeypatch: pytest.MonkeyPatch
@@ -115,7 +105,7 @@ def test_ack_of_an_own_lease_is_a_plain_write_and_a_second_ack_is_stale(
     queue = client.create_queue("own", visibility_timeout=30, bucket_size=4)
     queue.send_batch([b"a", b"b", b"c", b"d", b"e", b"f"])  # two buckets
     deliveries = queue.receive(6)
-    paths = _count_paths(queue, monkeypatch)
+    paths = count_ack_paths(queue, monkeypatch)
 
     assert queue.ack_batch([d.receipt for d in deliveries]) == []
 
@@ -135,14 +125,14 @@ def test_receipts_the_handle_cannot_vouch_for_take_the_checked_path(
     moved, elsewhere, near = queue.receive(3)
     extended = queue.change_visibility(moved.receipt, 60)  # a new lease, not remembered
     near_receipt = queue.change_visibility(near.receipt, ACK_PLAIN_MARGIN / 2)
-    paths = _count_paths(queue, monkeypatch)
+    paths = count_ack_paths(queue, monkeypatch)
 
     with pytest.raises(StaleReceipt):
         queue.ack(moved.receipt)  # the receipt before change_visibility: stale, as always
     queue.ack_batch([extended, near_receipt])
     with QueueClient(settings=keyspace) as other:  # another handle never leased it
         other_queue = other.queue("vouch")
-        other_paths = _count_paths(other_queue, monkeypatch)
+        other_paths = count_ack_paths(other_queue, monkeypatch)
         other_queue.ack(elsewhere.receipt)
 
     assert paths["conditional"] == 3 and other_paths["conditional"] == 1
@@ -157,7 +147,7 @@ def test_an_own_lease_near_its_deadline_or_with_the_path_off_is_checked(
     queue.send_batch([b"late", b"off"])
     late, off = queue.receive(2)
     time.sleep(0.6)  # under the margin now, still its lease
-    paths = _count_paths(queue, monkeypatch)
+    paths = count_ack_paths(queue, monkeypatch)
 
     queue.ack(late.receipt)
     queue.ack_own_leases = False
