@@ -171,6 +171,10 @@ def test_a_lane_scan_reads_ahead_for_the_next_receives_in_order(
         return scan(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(receiving_module, "scan_lane", counted)
+    # rows read ahead last a second (and the lane's floor as long): time enough
+    # for four receives, but not on a stalled machine; the count is what is tested here
+    monkeypatch.setattr(receiving_module, "PREFETCH_HOLD_MS", 30_000)
+    monkeypatch.setattr(receiving_module, "IDLE_RECHECK", 30.0)
 
     got = []
     for _ in range(4):
