@@ -15,6 +15,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from spark_queue.errors import InvalidSetting
+from spark_queue.spark import stopping
 from spark_queue.spark.options import (
     CONNECTION_OPTIONS,
     SINK_OPTIONS,
@@ -108,7 +109,10 @@ class BdqDataSource(DataSource):
         return BdqBatchReader(self._source_options(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return BdqStreamReader(self._source_options(schema))
+        # Only pyspark's source process calls this, in its main thread: see spark.stopping.
+        reader = BdqStreamReader(self._source_options(schema))
+        stopping.stop_on_sigterm(reader.stop)
+        return reader
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         options = SinkOptions.parse(self._options(SINK_OPTIONS))

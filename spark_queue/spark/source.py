@@ -56,7 +56,7 @@ from pyspark.sql.types import (
 from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import QueueNotFound, SparkQueueError
 from spark_queue.queue import Queue
-from spark_queue.spark import admission, planning, slicing
+from spark_queue.spark import admission, planning, slicing, stopping
 from spark_queue.spark.acking import StepAcks
 from spark_queue.spark.incarnations import Incarnations, check_part
 from spark_queue.spark.offsets import Offset, incarnations_of
@@ -169,6 +169,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planned_step: int | None = None
         #: Acks of this query that found the lease lost (each a duplicate downstream).
         self.stale_acks = 0
+        self._stopped = False
 
     def __getstate__(self) -> dict[str, Any]:
         # A thread does not pickle; a copy of the reader starts its own renewal.
@@ -466,7 +467,12 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The query stops: the last ack finishes, renewal stops, buckets are freed.
 
         Leases of steps planned and never committed run out one timeout later.
+        Runs once: a second call (the exit hook of ``spark.stopping``) does nothing.
         """
+        if self._stopped:
+            return
+        self._stopped = True
+        stopping.stopping()
         try:
             self._acks.close()
         finally:
