@@ -5,7 +5,10 @@
 * ``sending.py``: checked batches, id blocks, repair of late writes, send-once;
 * ``producer.py``: single sends batched per bucket in the background (``send_async``);
 * ``lanes.py``: a message's lane, and the lanes a consumer owns;
-* ``receiving.py``: scans of owned lanes, plain leases, named buckets;
+* ``receiving.py``: scans of owned lanes, read-ahead, plain leases;
+* ``bucket_receive.py``: receives in buckets the caller names (a Spark
+  partition), and the planner's probe of buckets with visible messages;
+* ``deliveries.py``: a leased message as a delivery with its receipt;
 * ``claims.py``: what the threads sharing one handle hold;
 * ``own_leases.py``: the leases a handle wrote, acked without a read;
 * ``dead_letters.py``: ``max_deliveries`` and the dead-letter queue;
@@ -55,6 +58,7 @@ from spark_queue.config import QueueSettings, check_int, check_seconds
 from spark_queue.counting import QueueCounter
 from spark_queue.dead_letters import DeadLetters
 from spark_queue.defaults import ACK_PLAIN_MARGIN, MAX_BATCH, MAX_ORDER_HINT, SETTINGS_REFRESH
+from spark_queue.deliveries import as_datetime
 from spark_queue.errors import (
     InvalidMessage,
     QueueNotFound,
@@ -67,7 +71,7 @@ from spark_queue.message import Delivery, Message, QueueStats, Receipt, new_leas
 from spark_queue.metrics import QueueCounters
 from spark_queue.producer import Producer
 from spark_queue.queue_steps import QueueSteps
-from spark_queue.receiving import Receiver, as_datetime
+from spark_queue.receiving import Receiver
 from spark_queue.redrive import RedriveResult, redrive
 from spark_queue.sending import Headers, Keys, Payload, Sender
 from spark_queue.settings_change import read_settings
@@ -373,7 +377,7 @@ class Queue:
             max_buckets: Most buckets to return.
             below: Only buckets holding ids below this one.
         """
-        return self._receiving.visible_buckets(max_buckets, below)
+        return self._receiving.named.visible_buckets(max_buckets, below)
 
     def redrive(
         self,

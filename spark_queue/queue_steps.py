@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from spark_queue.deliveries import Leased
 from spark_queue.errors import InvalidSetting
 from spark_queue.message import Delivery
 from spark_queue.metrics import QueueCounters
-from spark_queue.receiving import Leased, Receiver
+from spark_queue.receiving import Receiver
 from spark_queue.steps import Steps, step_lease
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ class QueueSteps:
         token = step_lease(self._queue.queue_id, consumer, step, part)
 
         def lease() -> list[Leased]:
-            leased = self._receiver.lease_named(
+            leased = self._receiver.named.lease(
                 buckets, count, timeout_ms, hint, token=token, reclaim=reclaim
             )
             self._counts.received.inc(len(leased))
@@ -189,7 +190,7 @@ class QueueSteps:
         token = step_lease(self._queue.queue_id, consumer, step, part)
 
         def receive() -> list[Delivery]:
-            deliveries = self._receiver.receive_named(
+            deliveries = self._receiver.named.receive(
                 buckets, count, timeout_ms, hint, ids=ids, token=token, reclaim=reclaim
             )
             self._counts.received.inc(len(deliveries))

@@ -46,41 +46,35 @@ others go through ``store/acks.py`` (a conditional write, or with
 ``ACK_PLAIN_MARGIN`` left). A stale receipt changes nothing.
 
 A receive naming its buckets (a Spark partition, which has them to itself
-for a step) scans them with payloads, writes plain leases and reads the
-leases (not the payloads) back instead; it ignores lanes.
+for a step) ignores lanes: ``Receiver.named`` (``bucket_receive.py``).
 """
 
 from __future__ import annotations
 
 import functools
 import time
-import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import TypeVar
 
 from spark_queue.bounds import Bounds
-from spark_queue.claims import Claims, pick_oldest
+from spark_queue.bucket_receive import BucketReceiver
+from spark_queue.claims import Claims
 from spark_queue.config import QueueSettings
 from spark_queue.dead_letters import DeadLetters
 from spark_queue.defaults import IDLE_RECHECK, LANE_LOOK_BUCKETS
+from spark_queue.deliveries import delivery_of, fresh_lease
 from spark_queue.lanes import LaneOwner
 from spark_queue.maintenance import Maintenance
-from spark_queue.message import Delivery, Receipt, new_lease
+from spark_queue.message import Delivery, new_lease
 from spark_queue.own_leases import OwnLeases
-from spark_queue.store.buckets import Buckets, Candidate, LeaseWrite, StoredMessage, now_ms
+from spark_queue.store.buckets import Buckets, Candidate, StoredMessage, now_ms
 from spark_queue.store.lane_scans import busy_lanes, lane_visible_at, scan_lane
-
-#: A message with the lease a receive wrote on it (its delivery, before any receipt).
-Leased = tuple[StoredMessage, LeaseWrite]
 
 #: Free lanes one receive may take while its own lanes come up short.
 LANE_TAKES = 4
 #: Idle (lane, bucket) notes kept before the stale ones are pruned.
 IDLE_NOTES = 4096
-#: Fewest buckets ``visible_buckets`` probes at once.
-PROBE_WINDOW = 8
 #: A lane's scan reads up to this many receives' worth of rows; the rest wait for the next receives.
 PREFETCH = 4
 #: Most payload bytes one lane's read-ahead may hold, counting each row at the largest size allowed.
@@ -99,24 +93,7 @@ def scan_limit(want: int, max_message_bytes: int) -> int:
     return want + min(want * (PREFETCH - 1), READ_AHEAD_BYTES // max_message_bytes)
 
 
-def as_datetime(ms: int) -> datetime:
-    """A stored time (integer ms) as an aware UTC datetime."""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
 M = TypeVar("M", Candidate, StoredMessage)
-
-
-def _lease(m: Candidate | StoredMessage, timeout_ms: int, now: int) -> LeaseWrite:
-    """A fresh lease on ``m`` until ``now + timeout_ms``: its next delivery."""
-    return LeaseWrite(
-        bucket=m.bucket,
-        id=m.id,
-        lease=new_lease(),
-        visible_at=now + timeout_ms,
-        delivery_count=m.delivery_count + 1,
-        expires_at=m.expires_at,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,21 +111,6 @@ class Floor:
     bucket: int
     id: int
     until: int
-
-
-def delivery_of(queue_id: uuid.UUID, m: StoredMessage, w: LeaseWrite) -> Delivery:
-    """The delivery of message ``m`` under lease ``w``, with its receipt."""
-    receipt = Receipt(queue_id, m.bucket, m.id, w.lease, m.expires_at).encode()
-    return Delivery(
-        id=m.id,
-        bucket=m.bucket,
-        payload=m.payload,
-        headers=m.headers,
-        enqueued_at=as_datetime(m.enqueued_at),
-        delivery_count=w.delivery_count,
-        receipt=receipt,
-        visible_at=as_datetime(w.visible_at),
-    )
 
 
 class Receiver:
@@ -181,6 +143,7 @@ class Receiver:
         self._lane_idle: dict[tuple[int, int], int] = {}  # (lane, bucket) -> skip until (ms)
         self._lane_floor: dict[int, Floor] = {}
         self._read_ahead: dict[int, ReadAhead] = {}
+        self.named = BucketReceiver(buckets, bounds, maintenance, self.claims, self._past_limit)
 
     def receive(
         self, count: int, timeout_ms: int, hint: int, wait: float, buckets: Sequence[int] | None
@@ -203,7 +166,7 @@ class Receiver:
     ) -> list[Delivery]:
         """One receive: from named buckets, or from this handle's lanes (see module doc)."""
         if buckets is not None:
-            return self.receive_named(buckets, count, timeout_ms, hint)
+            return self.named.receive(buckets, count, timeout_ms, hint)
         return self._receive_lanes(count, timeout_ms, hint)
 
     def _receive_lanes(self, count: int, timeout_ms: int, hint: int) -> list[Delivery]:
@@ -255,7 +218,7 @@ class Receiver:
         # id and go in one statement per bucket (binding a batch row per message
         # costs more, in Python, than the write). Plain: nobody else leases here.
         token = new_lease()
-        writes = [replace(_lease(m, timeout_ms, now), lease=token) for m in live]
+        writes = [replace(fresh_lease(m, timeout_ms, now), lease=token) for m in live]
         self._buckets.write_leases_shared(writes, now)
         # A message delivered before may have been acked by its late consumer
         # between our scan and our lease (the ack's condition held: it was still
@@ -452,119 +415,6 @@ class Receiver:
             bucket += 1
         return list(busy)
 
-    def receive_named(
-        self,
-        buckets: Sequence[int],
-        count: int,
-        timeout_ms: int,
-        hint: int,
-        *,
-        ids: tuple[int, int] | None = None,
-        token: int | None = None,
-        reclaim: bool = False,
-    ) -> list[Delivery]:
-        """``lease_named``'s messages as deliveries, each with its receipt."""
-        queue_id = self._buckets.queue_id
-        leased = self.lease_named(
-            buckets, count, timeout_ms, hint, ids=ids, token=token, reclaim=reclaim
-        )
-        return [delivery_of(queue_id, m, w) for m, w in leased]
-
-    def lease_named(
-        self,
-        buckets: Sequence[int],
-        count: int,
-        timeout_ms: int,
-        hint: int,
-        *,
-        ids: tuple[int, int] | None = None,
-        token: int | None = None,
-        reclaim: bool = False,
-    ) -> list[Leased]:
-        """A receive in buckets the caller has to itself (a Spark partition): plain leases.
-
-        Three round trips: the scan reads payloads at once (the caller takes
-        nearly all it finds); the leases are plain writes sharing one token
-        (fresh, or the replayable step's own), so each bucket's go in one
-        statement; and a read-back of the leases alone (no payloads) checks
-        that each won (last write wins) and that the message was not acked
-        between the scan and the lease write.
-
-        Args:
-            buckets: The buckets to read, in order.
-            count: Most messages to return.
-            timeout_ms: The visibility timeout of the leases.
-            hint: K, the order hint.
-            ids: Only this id slice ``ids[0] <= id < ids[1]`` of the one bucket
-                (a step that split a busy bucket among several tasks).
-            token: The lease token to write (a replayable step part's, see
-                ``steps.step_lease``); default a fresh one.
-            reclaim: First take back the unacked messages already holding
-                ``token``: an earlier attempt of the same step part leased them
-                and died before recording them, so nobody else can see them
-                until their lease runs out.
-
-        Returns:
-            Each message won with the lease written, in id order, no receipt:
-            a caller that hands out rows (the Spark source) skips encoding one.
-        """
-        now = now_ms()
-        token = token or new_lease()
-        mine = self._held_by(buckets, token, ids) if reclaim else []
-        taken = {(m.bucket, m.id) for m in mine}
-        want = max(count - len(mine), 0)
-        if not want:
-            found = []
-        elif ids is None:
-            found = self._visible_in(buckets, want * hint, now)
-        else:
-            (bucket,) = buckets
-            # The scan starts at the slice's first id and reads in id order, so rows
-            # past the slice come only after every visible one inside it.
-            scanned = self._buckets.scan_visible(bucket, now, want * hint, after=ids[0] - 1)
-            found = [m for m in scanned if m.id < ids[1]]
-        found = [m for m in found if (m.bucket, m.id) not in taken]
-        picked = pick_oldest(found, want, hint, self.claims.rng)
-        fresh = [m for m in self._past_limit(picked, now) if m.expires_at > now]
-        leased = [(m, replace(_lease(m, timeout_ms, now), lease=token)) for m in fresh]
-        # Taken back: the dead attempt counted their delivery already.
-        leased += [
-            (m, LeaseWrite(m.bucket, m.id, token, now + timeout_ms, m.delivery_count, m.expires_at))
-            for m in mine
-        ]
-        self._buckets.write_leases_shared([w for _, w in leased], now)
-        held = self._buckets.leases_of([(w.bucket, w.id) for _, w in leased])
-        won = (token, False)
-        return sorted(
-            ((m, w) for m, w in leased if held.get((w.bucket, w.id)) == won),
-            key=lambda mw: mw[1].id,
-        )
-
-    def _held_by(
-        self, buckets: Sequence[int], token: int, ids: tuple[int, int] | None
-    ) -> list[StoredMessage]:
-        """The unacked messages of ``buckets`` (or of the slice ``ids``) leased under ``token``."""
-        return [
-            m
-            for bucket in buckets
-            for m in self._buckets.leased_under(bucket, token)
-            if ids is None or ids[0] <= m.id < ids[1]
-        ]
-
-    def _visible_in(self, buckets: Sequence[int], want: int, now: int) -> list[StoredMessage]:
-        """Up to ``want`` visible messages (payloads too) of ``buckets``, in their order."""
-        if len(buckets) > 1 and not self._buckets.tracing:
-            # Several buckets (a Spark partition over a run of them): scanned at once,
-            # each up to a bucket's worth, rather than one round trip after another.
-            limit = min(want, self._buckets.bucket_size)
-            return self._buckets.scan_visible_many(buckets, now, limit)[:want]
-        found: list[StoredMessage] = []
-        for bucket in buckets:
-            if len(found) >= want:
-                break
-            found.extend(self._buckets.scan_visible(bucket, now, want - len(found)))
-        return found
-
     def _past_limit(self, chosen: list[M], now: int) -> list[M]:
         """Move the picks past ``max_deliveries`` to the dead-letter queue; return the rest."""
         limit = self._dead_letters.limit()
@@ -578,32 +428,3 @@ class Receiver:
             )
             self.claims.drop((m.bucket, m.id) for m in dead)
         return [m for m in chosen if m.delivery_count < limit]
-
-    def visible_buckets(self, max_buckets: int, below: int | None) -> list[int]:
-        """Live buckets holding at least one visible message, oldest first.
-
-        The buckets not known idle are probed ``max_buckets`` (at least
-        ``PROBE_WINDOW``) at a time, each window's probes at once: a drained
-        stretch of buckets not dropped yet costs a round trip per window, not
-        one per bucket (the Spark source asks on every trigger).
-        """
-        self._maintenance.maybe()
-        now = now_ms()
-        self._bounds.refresh_tail()
-        tail = self._bounds.tail if below is None else min(self._bounds.tail, below)
-        found: list[int] = []
-        if tail <= 0:
-            return found
-        live = range(self._bounds.head, self._buckets.bucket_of(tail - 1) + 1)
-        candidates = [b for b in live if not self._bounds.skipped(b, now)]
-        window = max(max_buckets, PROBE_WINDOW)
-        for start in range(0, len(candidates), window):
-            probed = candidates[start : start + window]
-            visible = self._buckets.probe_visible(probed, now)
-            found += [b for b, v in zip(probed, visible, strict=True) if v]
-            self._bounds.note_idle_many(
-                [b for b, v in zip(probed, visible, strict=True) if not v], now
-            )
-            if len(found) >= max_buckets:
-                break
-        return found[:max_buckets]

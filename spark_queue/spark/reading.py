@@ -25,9 +25,9 @@ from pyspark.sql.datasource import InputPartition
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.defaults import MAX_BATCH
+from spark_queue.deliveries import Leased
 from spark_queue.message import Message
 from spark_queue.queue import Queue
-from spark_queue.receiving import Leased
 from spark_queue.spark import slicing
 from spark_queue.spark.options import SourceOptions
 from spark_queue.store.session import Store

@@ -1,0 +1,196 @@
+"""Receiving in buckets the caller names: a Spark partition's receive, and the planner's probe.
+
+A Spark step plans which buckets hold visible messages (``visible_buckets``)
+and gives each partition its buckets (or one id slice of a busy bucket) to
+itself for the step: its driver owns them (``spark/sharing.py``). So a
+partition's receive ignores lanes: it scans the buckets with payloads, writes
+plain leases under one token (the step part's own, ``steps.step_lease``, so a
+retry can take back what a dead attempt leased) and reads the leases, not the
+payloads, back: each must have won (last write wins) and not been acked
+between the scan and the write. Plain consumers receive through lanes
+instead (``receiving.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from spark_queue.bounds import Bounds
+from spark_queue.claims import Claims, pick_oldest
+from spark_queue.deliveries import Leased, delivery_of, fresh_lease
+from spark_queue.maintenance import Maintenance
+from spark_queue.message import Delivery, new_lease
+from spark_queue.store.buckets import Buckets, LeaseWrite, StoredMessage, now_ms
+
+#: Fewest buckets ``visible_buckets`` probes at once.
+PROBE_WINDOW = 8
+
+#: Moves the picks past ``max_deliveries`` to the dead-letter queue, returns the rest.
+PastLimit = Callable[[list[StoredMessage], int], list[StoredMessage]]
+
+
+class BucketReceiver:
+    """Receives in named buckets for one queue handle; safe to share between threads.
+
+    Args:
+        buckets: The queue's bucket store.
+        bounds: The handle's view of head, tail and idle buckets.
+        maintenance: Run about once a second by the planner's probe.
+        claims: The handle's claims (their random source breaks order-hint ties).
+        past_limit: The handle's dead-letter step (``Receiver.past_limit``).
+    """
+
+    def __init__(
+        self,
+        buckets: Buckets,
+        bounds: Bounds,
+        maintenance: Maintenance,
+        claims: Claims,
+        past_limit: PastLimit,
+    ) -> None:
+        self._buckets = buckets
+        self._bounds = bounds
+        self._maintenance = maintenance
+        self._claims = claims
+        self._past_limit = past_limit
+
+    def receive(
+        self,
+        buckets: Sequence[int],
+        count: int,
+        timeout_ms: int,
+        hint: int,
+        *,
+        ids: tuple[int, int] | None = None,
+        token: int | None = None,
+        reclaim: bool = False,
+    ) -> list[Delivery]:
+        """``lease``'s messages as deliveries, each with its receipt."""
+        queue_id = self._buckets.queue_id
+        leased = self.lease(buckets, count, timeout_ms, hint, ids=ids, token=token, reclaim=reclaim)
+        return [delivery_of(queue_id, m, w) for m, w in leased]
+
+    def lease(
+        self,
+        buckets: Sequence[int],
+        count: int,
+        timeout_ms: int,
+        hint: int,
+        *,
+        ids: tuple[int, int] | None = None,
+        token: int | None = None,
+        reclaim: bool = False,
+    ) -> list[Leased]:
+        """A receive in buckets the caller has to itself (a Spark partition): plain leases.
+
+        Three round trips: the scan reads payloads at once (the caller takes
+        nearly all it finds); the leases are plain writes sharing one token
+        (fresh, or the replayable step's own), so each bucket's go in one
+        statement; and a read-back of the leases alone (no payloads) checks
+        that each won (last write wins) and that the message was not acked
+        between the scan and the lease write.
+
+        Args:
+            buckets: The buckets to read, in order.
+            count: Most messages to return.
+            timeout_ms: The visibility timeout of the leases.
+            hint: K, the order hint.
+            ids: Only this id slice ``ids[0] <= id < ids[1]`` of the one bucket
+                (a step that split a busy bucket among several tasks).
+            token: The lease token to write (a replayable step part's, see
+                ``steps.step_lease``); default a fresh one.
+            reclaim: First take back the unacked messages already holding
+                ``token``: an earlier attempt of the same step part leased them
+                and died before recording them, so nobody else can see them
+                until their lease runs out.
+
+        Returns:
+            Each message won with the lease written, in id order, no receipt:
+            a caller that hands out rows (the Spark source) skips encoding one.
+        """
+        now = now_ms()
+        token = token or new_lease()
+        mine = self._held_by(buckets, token, ids) if reclaim else []
+        taken = {(m.bucket, m.id) for m in mine}
+        want = max(count - len(mine), 0)
+        if not want:
+            found = []
+        elif ids is None:
+            found = self._visible_in(buckets, want * hint, now)
+        else:
+            (bucket,) = buckets
+            # The scan starts at the slice's first id and reads in id order, so rows
+            # past the slice come only after every visible one inside it.
+            scanned = self._buckets.scan_visible(bucket, now, want * hint, after=ids[0] - 1)
+            found = [m for m in scanned if m.id < ids[1]]
+        found = [m for m in found if (m.bucket, m.id) not in taken]
+        picked = pick_oldest(found, want, hint, self._claims.rng)
+        fresh = [m for m in self._past_limit(picked, now) if m.expires_at > now]
+        leased = [(m, replace(fresh_lease(m, timeout_ms, now), lease=token)) for m in fresh]
+        # Taken back: the dead attempt counted their delivery already.
+        leased += [
+            (m, LeaseWrite(m.bucket, m.id, token, now + timeout_ms, m.delivery_count, m.expires_at))
+            for m in mine
+        ]
+        self._buckets.write_leases_shared([w for _, w in leased], now)
+        held = self._buckets.leases_of([(w.bucket, w.id) for _, w in leased])
+        won = (token, False)
+        return sorted(
+            ((m, w) for m, w in leased if held.get((w.bucket, w.id)) == won),
+            key=lambda mw: mw[1].id,
+        )
+
+    def _held_by(
+        self, buckets: Sequence[int], token: int, ids: tuple[int, int] | None
+    ) -> list[StoredMessage]:
+        """The unacked messages of ``buckets`` (or of the slice ``ids``) leased under ``token``."""
+        return [
+            m
+            for bucket in buckets
+            for m in self._buckets.leased_under(bucket, token)
+            if ids is None or ids[0] <= m.id < ids[1]
+        ]
+
+    def _visible_in(self, buckets: Sequence[int], want: int, now: int) -> list[StoredMessage]:
+        """Up to ``want`` visible messages (payloads too) of ``buckets``, in their order."""
+        if len(buckets) > 1 and not self._buckets.tracing:
+            # Several buckets (a Spark partition over a run of them): scanned at once,
+            # each up to a bucket's worth, rather than one round trip after another.
+            limit = min(want, self._buckets.bucket_size)
+            return self._buckets.scan_visible_many(buckets, now, limit)[:want]
+        found: list[StoredMessage] = []
+        for bucket in buckets:
+            if len(found) >= want:
+                break
+            found.extend(self._buckets.scan_visible(bucket, now, want - len(found)))
+        return found
+
+    def visible_buckets(self, max_buckets: int, below: int | None) -> list[int]:
+        """Live buckets holding at least one visible message, oldest first.
+
+        The buckets not known idle are probed ``max_buckets`` (at least
+        ``PROBE_WINDOW``) at a time, each window's probes at once: a drained
+        stretch of buckets not dropped yet costs a round trip per window, not
+        one per bucket (the Spark source asks on every trigger).
+        """
+        self._maintenance.maybe()
+        now = now_ms()
+        self._bounds.refresh_tail()
+        tail = self._bounds.tail if below is None else min(self._bounds.tail, below)
+        found: list[int] = []
+        if tail <= 0:
+            return found
+        live = range(self._bounds.head, self._buckets.bucket_of(tail - 1) + 1)
+        candidates = [b for b in live if not self._bounds.skipped(b, now)]
+        window = max(max_buckets, PROBE_WINDOW)
+        for start in range(0, len(candidates), window):
+            probed = candidates[start : start + window]
+            visible = self._buckets.probe_visible(probed, now)
+            found += [b for b, v in zip(probed, visible, strict=True) if v]
+            self._bounds.note_idle_many(
+                [b for b, v in zip(probed, visible, strict=True) if not v], now
+            )
+            if len(found) >= max_buckets:
+                break
+        return found[:max_buckets]

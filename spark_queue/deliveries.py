@@ -1,0 +1,49 @@
+"""A leased message as a delivery: the helpers both ways of receiving share.
+
+A receive writes a lease on each message it picks (``fresh_lease``) and hands
+out each message it won as a ``Delivery`` with its receipt (``delivery_of``);
+a caller that hands out rows (the Spark source) keeps the pair (``Leased``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from spark_queue.message import Delivery, Receipt, new_lease
+from spark_queue.store.buckets import Candidate, LeaseWrite, StoredMessage
+
+#: A message with the lease a receive wrote on it (its delivery, before any receipt).
+Leased = tuple[StoredMessage, LeaseWrite]
+
+
+def as_datetime(ms: int) -> datetime:
+    """A stored time (integer ms) as an aware UTC datetime."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def fresh_lease(m: Candidate | StoredMessage, timeout_ms: int, now: int) -> LeaseWrite:
+    """A fresh lease on ``m`` until ``now + timeout_ms``: its next delivery."""
+    return LeaseWrite(
+        bucket=m.bucket,
+        id=m.id,
+        lease=new_lease(),
+        visible_at=now + timeout_ms,
+        delivery_count=m.delivery_count + 1,
+        expires_at=m.expires_at,
+    )
+
+
+def delivery_of(queue_id: uuid.UUID, m: StoredMessage, w: LeaseWrite) -> Delivery:
+    """The delivery of message ``m`` under lease ``w``, with its receipt."""
+    receipt = Receipt(queue_id, m.bucket, m.id, w.lease, m.expires_at).encode()
+    return Delivery(
+        id=m.id,
+        bucket=m.bucket,
+        payload=m.payload,
+        headers=m.headers,
+        enqueued_at=as_datetime(m.enqueued_at),
+        delivery_count=w.delivery_count,
+        receipt=receipt,
+        visible_at=as_datetime(w.visible_at),
+    )
