@@ -109,7 +109,8 @@ class BdqDataSource(DataSource):
         return BdqBatchReader(self._source_options(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        # Only pyspark's source process calls this, in its main thread: see spark.stopping.
+        # pyspark calls this in the process that hosts the reader (and in planner
+        # workers, which stop_on_sigterm leaves alone): see spark.stopping.
         reader = BdqStreamReader(self._source_options(schema))
         stopping.stop_on_sigterm(reader.stop)
         return reader
