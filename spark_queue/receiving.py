@@ -243,13 +243,13 @@ class Receiver:
 
         A scan reads up to ``PREFETCH`` receives' worth of the lane
         (``scan_limit``; Kafka's consumer fetches more than one poll returns,
-        too): one request instead
-        of several, since what a scan costs is mostly per request. What this
-        receive does not take is kept for ``PREFETCH_HOLD_MS`` and handed to the
-        next receives of the handle. Rows read ahead stay good: they were
-        visible, only the lane's owner leases in it (and leases only while it
-        surely owns it), and a redelivered message acked meanwhile is caught by
-        the lease read-back as any other. The rows of one scan are kept
+        too): one request instead of several, since what a scan costs is mostly
+        per request. What this receive does not take is kept for
+        ``PREFETCH_HOLD_MS`` and handed to the next receives of the handle.
+        Rows read ahead stay good: they were visible, only the lane's owner
+        leases in it (and leases only while it surely owns it), and a
+        redelivered message acked meanwhile is caught by the lease read-back
+        as any other. The rows of one scan are kept
         ``PREFETCH_HOLD_MS`` from that scan, however often they are passed on;
         short of ``want``, they are dropped and the lane scanned again from its
         floor (which stops before them).

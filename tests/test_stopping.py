@@ -33,7 +33,7 @@ CHILD = textwrap.dedent(
                 out.write("again\\n")
                 return
             self.stopped = True
-            stopping.stopping()
+            stopping.stop_begins()
             out.write("stop begins\\n")
             time.sleep(1.0)  # the ack in flight, the release: a SIGTERM must not cut this
             out.write("stop ends\\n")

@@ -472,7 +472,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._stopped:
             return
         self._stopped = True
-        stopping.stopping()
+        stopping.stop_begins()
         try:
             self._acks.close()
         finally:

@@ -41,7 +41,7 @@ _stopping = threading.Event()
 _terminating = threading.Event()
 
 
-def stopping() -> None:
+def stop_begins() -> None:
     """Note that the source's ``stop`` runs: a SIGTERM now must not interrupt it."""
     _stopping.set()
 
