@@ -2,7 +2,7 @@
 
 * ``pipeline.py``: orders -> validate and enrich -> shipments / orders-rejected,
   a Structured Streaming query from ``format("bdq")`` to ``format("bdq")``.
-* ``producer.py``: sends sample JSON orders to ``orders`` at a given rate.
+* ``order_producer.py``: sends sample JSON orders to ``orders`` at a given rate.
 * ``demo.py``: what ``make run`` runs: seeds sample orders, runs the pipeline
   once (``availableNow``) and prints a summary.
 

@@ -25,9 +25,9 @@ if __package__ in (None, ""):
 
 from pyspark.errors import StreamingQueryException
 
+from jobs.order_producer import produce
 from jobs.orders import sample_orders
 from jobs.pipeline import build_session, ensure_queues, run_pipeline
-from jobs.producer import produce
 from jobs.settings import add_connection_flags, connection_settings, load_config
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings

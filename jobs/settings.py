@@ -74,7 +74,7 @@ class PipelineSettings:
 
 @dataclass(frozen=True)
 class ProducerSettings:
-    """The ``[producer]`` table: defaults of ``producer.py`` and ``demo.py``.
+    """The ``[producer]`` table: defaults of ``order_producer.py`` and ``demo.py``.
 
     Attributes:
         rate: Messages per second; 0 sends as fast as the queue takes them.

@@ -12,10 +12,10 @@ from typing import Any
 
 from spark_queue import defaults
 from spark_queue.config import ConnectionSettings, QueueSettings, check_queue_name
+from spark_queue.engine.lifecycle import stored_range
+from spark_queue.engine.settings_change import update_settings
 from spark_queue.errors import InvalidSetting, QueueExists, QueueNotFound, SparkQueueError
-from spark_queue.maintenance import stored_range
 from spark_queue.queue import Queue
-from spark_queue.settings_change import update_settings
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.session import Store
 
@@ -222,7 +222,7 @@ class QueueClient:
         operation that starts ``SETTINGS_REFRESH`` (2) seconds after this returns;
         handles of this client at once. A new ``message_ttl`` applies to messages
         sent after the change. Concurrent updates of different settings both
-        take effect (see ``spark_queue.settings_change``).
+        take effect (see ``spark_queue.engine.settings_change``).
 
         Args:
             name: The queue.

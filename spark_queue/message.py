@@ -106,7 +106,7 @@ class Delivery(Message):
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """Approximate counts of a queue (see ``spark_queue.counting`` for how they are kept cheap).
+    """Approximate counts of a queue (``spark_queue.engine.counting`` keeps them cheap).
 
     Attributes:
         visible: Messages that a receive could return now.

@@ -46,13 +46,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from spark_queue.config import check_int, check_seconds
+from spark_queue.engine.counters import QueueCounters
 from spark_queue.errors import BackendUnavailable, SparkQueueError
-from spark_queue.metrics import QueueCounters
 from spark_queue.store.buckets import BATCH_BYTES, BATCH_ROWS, Buckets, now_ms
 from spark_queue.store.session import translated
 
 if TYPE_CHECKING:
-    from spark_queue.sending import Outgoing, Payload, Sender
+    from spark_queue.engine.sending import Outgoing, Payload, Sender
 
 log = logging.getLogger(__name__)
 

@@ -1,26 +1,7 @@
 """The queue as its users call it: send, receive, ack, change visibility, peek, stats, purge.
 
-``Queue`` is a thin front over one module per idea of the engine:
-
-* ``sending.py``: checked batches, id blocks, repair of late writes, send-once;
-* ``producer.py``: single sends batched per bucket in the background (``send_async``);
-* ``lanes.py``: a message's lane, and the lanes a consumer owns;
-* ``receiving.py``: scans of owned lanes, read-ahead, plain leases;
-* ``bucket_receive.py``: receives in buckets the caller names (a Spark
-  partition), and the planner's probe of buckets with visible messages;
-* ``deliveries.py``: a leased message as a delivery with its receipt;
-* ``claims.py``: what the threads sharing one handle hold;
-* ``own_leases.py``: the leases a handle wrote, acked without a read;
-* ``dead_letters.py``: ``max_deliveries`` and the dead-letter queue;
-* ``queue_steps.py`` (``Queue.steps``): replayable consumer steps (the Spark
-  source), over the step journal of ``steps.py``;
-* ``maintenance.py``: sealing and dropping buckets, moving the head;
-* ``bounds.py``: what a handle knows of the head, the tail and idle buckets;
-* ``counting.py``: approximate counts at a bounded cost per call;
-* ``settings_change.py``: settings changed after creation, re-read by handles;
-* ``redrive.py``: dead letters sent back to their source;
-* ``metrics.py``: this process's counters of each queue's operations;
-* ``store/``: the CQL of each table.
+``Queue`` is a thin front over the engine (``spark_queue.engine``), one module per
+idea; the module map is in docs/architecture.md, and nowhere else.
 
 How a message moves (seed 000, BlueDove; seed 001, CassieQ): a send takes ids
 from a block of the queue's sequence and writes each message into bucket
@@ -28,13 +9,13 @@ from a block of the queue's sequence and writes each message into bucket
 messages and leases some with a plain batch per bucket; an ack sets ``acked``
 where the lease is still the receipt's (no tombstone per message): a plain
 write per bucket for leases the acking handle wrote itself and surely still
-holds (``own_leases.py``), else a conditional batch per bucket (or, opted in
+holds (``engine/lease_memory.py``), else a conditional batch per bucket (or, opted in
 with ``plain_acks``, a read and a plain write per bucket while the lease surely
 holds: ``store/acks.py``); sealed, fully acked buckets are dropped whole and
 the head moves past them.
 
-Ownership of work between competing consumers (details in ``lanes.py`` and
-``receiving.py``): every message has a lane (from its key, or its sending
+Ownership of work between competing consumers (details in ``engine/lanes.py``
+and ``engine/receiving.py``): every message has a lane (from its key, or its sending
 thread's), and a plain consumer receives only from the lanes it owns, leasing
 with plain writes; one lane is owned by one consumer at a time, so a lane's
 messages arrive in order and consumers on different lanes never race.
@@ -53,29 +34,29 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from spark_queue.bounds import Bounds
 from spark_queue.config import QueueSettings, check_int, check_seconds
-from spark_queue.counting import QueueCounter
-from spark_queue.dead_letters import DeadLetters
 from spark_queue.defaults import ACK_PLAIN_MARGIN, MAX_BATCH, MAX_ORDER_HINT, SETTINGS_REFRESH
-from spark_queue.deliveries import as_datetime
+from spark_queue.engine.bounds import Bounds
+from spark_queue.engine.counters import QueueCounters
+from spark_queue.engine.counting import QueueCounter
+from spark_queue.engine.dead_letters import DeadLetters
+from spark_queue.engine.deliveries import as_datetime
+from spark_queue.engine.lanes import LaneOwner, check_key
+from spark_queue.engine.lifecycle import Maintenance
+from spark_queue.engine.receiving import Receiver
+from spark_queue.engine.redrive import RedriveResult, redrive
+from spark_queue.engine.sending import Headers, Keys, Payload, Sender
+from spark_queue.engine.settings_change import read_settings
+from spark_queue.engine.step_journal import Steps
+from spark_queue.engine.steps import QueueSteps
 from spark_queue.errors import (
     InvalidMessage,
     QueueNotFound,
     SparkQueueError,
     StaleReceipt,
 )
-from spark_queue.lanes import LaneOwner, check_key
-from spark_queue.maintenance import Maintenance
 from spark_queue.message import Delivery, Message, QueueStats, Receipt, new_lease
-from spark_queue.metrics import QueueCounters
 from spark_queue.producer import Producer
-from spark_queue.queue_steps import QueueSteps
-from spark_queue.receiving import Receiver
-from spark_queue.redrive import RedriveResult, redrive
-from spark_queue.sending import Headers, Keys, Payload, Sender
-from spark_queue.settings_change import read_settings
-from spark_queue.steps import Steps
 from spark_queue.store import acks
 from spark_queue.store.buckets import Buckets, LeaseCheck, StoredMessage, now_ms
 from spark_queue.store.session import Store
@@ -390,7 +371,7 @@ class Queue:
     ) -> RedriveResult:
         """Move this dead-letter queue's messages back to their source queues, each at most once.
 
-        See ``spark_queue.redrive``: payload and headers go back, minus the
+        See ``spark_queue.engine.redrive``: payload and headers go back, minus the
         dead-letter headers, plus ``bdq-redrive-count``; a run killed midway can
         simply be run again once its lease (``visibility_timeout``) has passed.
 
@@ -520,7 +501,7 @@ class Queue:
         ]
 
     def stats(self, *, exact: bool = False) -> QueueStats:
-        """Approximate counts at a bounded cost per call (see ``spark_queue.counting``).
+        """Approximate counts at a bounded cost per call (see ``spark_queue.engine.counting``).
 
         Args:
             exact: Scan every live bucket (a cost that grows with the backlog).

@@ -17,7 +17,7 @@ import pytest
 from spark_queue import ConnectionSettings, QueueClient, StaleReceipt
 from spark_queue.bench.queue_bench import run_queue_bench
 from spark_queue.defaults import ACK_PLAIN_MARGIN
-from spark_queue.own_leases import OwnLeases
+from spark_queue.engine.lease_memory import OwnLeases
 from spark_queue.queue import Queue
 from spark_queue.store import acks
 from spark_queue.store.acks import Held

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from spark_queue.bench.metrics import (
+from spark_queue.bench.consistency import (
     MIN_PAYLOAD_BYTES,
     average_displacement,
     duplication_rate,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from spark_queue.claims import PRUNE_EVERY, Claims, pick_oldest
+from spark_queue.engine.claims import PRUNE_EVERY, Claims, pick_oldest
 
 
 @dataclass(frozen=True)

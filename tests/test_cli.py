@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from spark_queue.cli import main
-from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
+from spark_queue.cli.flags import CommandGroup, connection_options, echo_json, json_option
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting
 

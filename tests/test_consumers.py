@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from spark_queue import ConnectionSettings, QueueClient
-from spark_queue.lanes import lane_of
-from spark_queue.ownership import ttl_of
+from spark_queue.engine.lanes import lane_of
+from spark_queue.engine.ownership import ttl_of
 
 pytestmark = pytest.mark.cassandra
 

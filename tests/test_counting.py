@@ -1,4 +1,4 @@
-"""Cheap counts (spark_queue.counting): the planning rules alone, then against a real node."""
+"""Cheap counts (engine/counting.py): the planning rules alone, then against a real node."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.cli import main
-from spark_queue.counting import plan_scans, summarize
+from spark_queue.engine.counting import plan_scans, summarize
 from spark_queue.store.counts import NEVER, BucketCount, count_rows
 
 NOW = 1_000_000

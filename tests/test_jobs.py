@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs import orders as rules
+from jobs.order_producer import produce
 from jobs.orders import DEFECTS, SampleOrder, sample_orders
 from jobs.pipeline import (
     WRITER_ID_FILE,
@@ -32,7 +33,6 @@ from jobs.pipeline import (
     run_pipeline,
     writer_identity,
 )
-from jobs.producer import produce
 from jobs.settings import (
     DEFAULT_CONFIG,
     JobConfig,
@@ -169,7 +169,7 @@ def test_writer_identity_is_kept_per_checkpoint(tmp_path: Path) -> None:
 # -- command lines -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("script", ["pipeline.py", "producer.py", "demo.py"])
+@pytest.mark.parametrize("script", ["pipeline.py", "order_producer.py", "demo.py"])
 def test_each_job_has_help(script: str) -> None:
     result = _run_job(script, "--help", timeout=60)
 
@@ -187,8 +187,12 @@ def test_each_job_has_help(script: str) -> None:
             "'--trigger-interval' = '5 parsecs': must be a positive duration",
         ),
         ("pipeline.py", ["--keyspace", "1st"], "keyspace '1st': must start with a letter"),
-        ("producer.py", ["--rate", "-3"], "--rate -3.0: must be a finite number"),
-        ("producer.py", ["--malformed", "1.5"], "--malformed 1.5: must be a share from 0 to 1"),
+        ("order_producer.py", ["--rate", "-3"], "--rate -3.0: must be a finite number"),
+        (
+            "order_producer.py",
+            ["--malformed", "1.5"],
+            "--malformed 1.5: must be a share from 0 to 1",
+        ),
         ("demo.py", ["--orders", "-1"], "--orders -1: must be a whole number >= 0"),
     ],
 )

@@ -1,4 +1,4 @@
-"""Lanes (spark_queue/lanes.py): a key's messages in one lane, each lane owned by one consumer.
+"""Lanes (engine/lanes.py): a key's messages in one lane, each lane owned by one consumer.
 
 The pure logic (lane of a key, sticky lanes, the fair-share choice) runs
 without Cassandra; the rest on the shared node, with short lane periods so
@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from spark_queue import ConnectionSettings, InvalidMessage, InvalidSetting, QueueClient
 from spark_queue.cli import main
-from spark_queue.lanes import StickyLane, free_lanes, lane_of
-from spark_queue.ownership import ttl_of
+from spark_queue.engine.lanes import StickyLane, free_lanes, lane_of
+from spark_queue.engine.ownership import ttl_of
 
 cassandra = pytest.mark.cassandra
 

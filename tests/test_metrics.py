@@ -1,4 +1,4 @@
-"""Metrics (spark_queue.metrics, ``bdq metrics serve``) scraped by a real Prometheus server.
+"""Metrics (spark_queue.engine.counters, ``bdq metrics serve``) scraped by a real Prometheus server.
 
 Prometheus is Debian's ``prometheus`` package: when it is missing, this module's
 set-up installs it once with apt-get (that takes a while), skipping with the
@@ -27,7 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spark_queue import ConnectionSettings, QueueClient
-from spark_queue.metrics import REGISTRY, QueueCollector, matches, serve
+from spark_queue.ops.prometheus import REGISTRY, QueueCollector, matches, serve
 
 APT_TIMEOUT = 900
 

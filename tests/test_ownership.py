@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from spark_queue.config import ConnectionSettings
-from spark_queue.errors import InvalidSetting
-from spark_queue.ownership import (
+from spark_queue.engine.ownership import (
     Ownership,
     check_keys,
     new_owner,
@@ -19,6 +18,7 @@ from spark_queue.ownership import (
     slice_range,
     ttl_of,
 )
+from spark_queue.errors import InvalidSetting
 from spark_queue.store.session import Store
 
 # -- pure logic ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Redrive of dead letters (spark_queue.redrive, ``bdq dlq redrive``) against a real node."""
+"""Redrive of dead letters (spark_queue.engine.redrive, ``bdq dlq redrive``) against a real node."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from click.testing import CliRunner
 
 from spark_queue import ConnectionSettings, QueueClient, SparkQueueError
 from spark_queue.cli import main
-from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
-from spark_queue.ownership import ttl_of
+from spark_queue.engine.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.engine.ownership import ttl_of
+from spark_queue.engine.redrive import HEADER_REDRIVES, redriven_headers
 from spark_queue.queue import Queue
-from spark_queue.redrive import HEADER_REDRIVES, redriven_headers
 from tests.helpers import drain_deliveries
 
 pytestmark = pytest.mark.cassandra

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_queue.sending import SendOncePlan
+from spark_queue.engine.sending import SendOncePlan
 from spark_queue.store.send_log import SendState
 
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from spark_queue.errors import BackendUnavailable
-from spark_queue.spark.acking import StepAcks
+from spark_queue.spark.commit_acks import StepAcks
 
 
 def test_an_ack_runs_in_the_background_and_the_next_waits_for_it() -> None:

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from spark_queue.deliveries import delivery_of
+from spark_queue.engine.deliveries import delivery_of
 from spark_queue.errors import InvalidSetting
 from spark_queue.spark.reading import ARROW_SCHEMA, leased_record_batch, to_record_batch
 from spark_queue.spark.source import PARTITION_MESSAGES, Offset, group_buckets

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark_queue import ConnectionSettings, QueueClient
-from spark_queue.lanes import lane_of
+from spark_queue.engine.lanes import lane_of
 from spark_queue.queue import Queue
 from spark_queue.spark.options import connector_options
 

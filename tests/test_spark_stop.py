@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_queue import ConnectionSettings, QueueClient
-from spark_queue.ownership import Ownership
+from spark_queue.engine.ownership import Ownership
 from tests.test_spark_source import stream, to_memory, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.cassandra]

@@ -23,7 +23,7 @@ def test_buckets_in_flight_are_skipped_until_their_first_lease_ends(
 ) -> None:
     # Idle buckets are rechecked only after 30 s here, so a bucket seen again
     # sooner was skipped until its first lease ended, as it should be.
-    monkeypatch.setattr("spark_queue.bounds.IDLE_RECHECK", 30.0)
+    monkeypatch.setattr("spark_queue.engine.bounds.IDLE_RECHECK", 30.0)
     queue = client.create_queue("planned", bucket_size=5)
     queue.send_batch([str(i) for i in range(26)])  # buckets 0-4 full, one message in 5
     leased = queue.receive(10, buckets=[0, 1], visibility_timeout=1.5)

@@ -2,7 +2,7 @@
 
 Each *level* is one run on a fresh queue: sender threads offer a steady load of
 the paper's payloads (2048 random bytes carrying sender, sequence number and a
-CRC32, see :mod:`spark_queue.bench.metrics`), single-message sends retried
+CRC32, see :mod:`spark_queue.bench.consistency`), single-message sends retried
 until they succeed; receiver processes (:mod:`spark_queue.bench.faults_receiver`)
 receive, record and ack. After the senders stop, the receivers drain the queue
 (crashed ones are restarted); then every acknowledged send is looked up among
@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spark_queue import defaults
+from spark_queue.bench.consistency import make_payload, order_stats, percentile
 from spark_queue.bench.faultproxy import FaultProxy, open_queue
-from spark_queue.bench.metrics import make_payload, order_stats, percentile
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings, check_int, check_seconds, parse_hosts
 from spark_queue.errors import BackendUnavailable, InvalidSetting, LocalNodeError

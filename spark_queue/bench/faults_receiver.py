@@ -20,8 +20,8 @@ import signal
 import sys
 import time
 
+from spark_queue.bench.consistency import parse_payload
 from spark_queue.bench.faultproxy import ProxyTranslator, open_queue
-from spark_queue.bench.metrics import parse_payload
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import BackendUnavailable
 from spark_queue.store.session import use_address_translator

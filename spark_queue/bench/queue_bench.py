@@ -30,7 +30,7 @@ from typing import Any
 from spark_queue import defaults
 from spark_queue.bench.baseline import DEFAULT_CONCURRENCY as BASELINE_CONCURRENCY
 from spark_queue.bench.baseline import RawInsertBaseline
-from spark_queue.bench.metrics import (
+from spark_queue.bench.consistency import (
     MIN_PAYLOAD_BYTES,
     duplication_rate,
     loss_rate,

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_queue.bench.metrics import make_payload, parse_payload
+from spark_queue.bench.consistency import make_payload, parse_payload
 from spark_queue.bench.receiver_processes import ReceiverSpec, run_receiver_processes
 from spark_queue.client import QueueClient
 from spark_queue.errors import BackendUnavailable, InvalidSetting

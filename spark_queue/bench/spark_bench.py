@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_queue.bench.baseline import DEFAULT_CONCURRENCY as BASELINE_CONCURRENCY
 from spark_queue.bench.baseline import RawInsertBaseline
-from spark_queue.bench.metrics import MIN_PAYLOAD_BYTES, make_payload, percentile
+from spark_queue.bench.consistency import MIN_PAYLOAD_BYTES, make_payload, percentile
 from spark_queue.bench.queue_bench import Progress
 from spark_queue.bench.spark_floor import FLOOR_SECONDS, FloorPhase, measure_floor, median_ms
 from spark_queue.client import QueueClient

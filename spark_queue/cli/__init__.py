@@ -6,14 +6,14 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
-from spark_queue.cli.bench import bench
+from spark_queue.cli.bench_commands import bench
 from spark_queue.cli.bench_faults import faults
 from spark_queue.cli.bench_stats import stats as bench_stats
 from spark_queue.cli.cassandra import cassandra
 from spark_queue.cli.dlq import dlq
+from spark_queue.cli.flags import CommandGroup
 from spark_queue.cli.metrics import metrics
-from spark_queue.cli.options import CommandGroup
-from spark_queue.cli.queue import ack, peek, queue, receive, send
+from spark_queue.cli.queue_commands import ack, peek, queue, receive, send
 from spark_queue.cli.top import top
 
 

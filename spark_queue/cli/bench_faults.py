@@ -32,7 +32,7 @@ from spark_queue.bench.faults_bench import (
 )
 from spark_queue.bench.faults_pipeline import NodeFaults, run_pipeline_faults
 from spark_queue.bench.faults_report import HEADERS, level_row, write_report
-from spark_queue.cli.options import echo_json, echo_progress, json_option
+from spark_queue.cli.flags import echo_json, echo_progress, json_option
 from spark_queue.config import ConnectionSettings, hosts_from_env
 from spark_queue.errors import InvalidSetting
 from spark_queue.local.node import LocalCluster, default_home

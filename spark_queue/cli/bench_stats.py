@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spark_queue.bench.stats_bench import DEFAULT_SIZES, run_stats_bench
-from spark_queue.cli.options import connection_options, echo_json, json_option
+from spark_queue.cli.flags import connection_options, echo_json, json_option
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting
 

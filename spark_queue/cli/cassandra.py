@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from spark_queue.cli.options import (
+from spark_queue.cli.flags import (
     CommandGroup,
     connection_options,
     echo_json,

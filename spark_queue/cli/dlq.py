@@ -7,10 +7,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
+from spark_queue.cli.flags import CommandGroup, connection_options, echo_json, json_option
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
-from spark_queue.ownership import MIN_PERIOD, check_period
+from spark_queue.engine.ownership import MIN_PERIOD, check_period
 
 
 @click.group(cls=CommandGroup)

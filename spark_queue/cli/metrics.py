@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import click
 
-from spark_queue.cli.options import CommandGroup, connection_options, echo_progress
+from spark_queue.cli.flags import CommandGroup, connection_options, echo_progress
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
-from spark_queue.metrics import REGISTRY, QueueCollector, serve
+from spark_queue.ops.prometheus import REGISTRY, QueueCollector, serve
 
 
 @click.group(cls=CommandGroup)

@@ -1,11 +1,11 @@
 """``bdq top``: a live view of every queue of a keyspace, refreshed every second.
 
-Counts come from the cheap path (``spark_queue.counting``). Rates are derived
+Counts come from the cheap path (``spark_queue.engine.counting``). Rates are derived
 from two looks a refresh apart, since a viewer cannot see other processes'
 counters: ``sent/s`` is how fast the queue's id sequence moves (ids handed out
 to senders), ``consumed/s`` how fast messages leave (sent minus the growth of
 the backlog: acked, dead-lettered or expired). Per-process counters of sends,
-receives and acks are what ``spark_queue.metrics`` exports.
+receives and acks are what ``spark_queue.engine.counters`` exports.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from spark_queue.cli.options import connection_options
-from spark_queue.cli.queue import format_age
+from spark_queue.cli.flags import connection_options
+from spark_queue.cli.queue_commands import format_age
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import SparkQueueError
 from spark_queue.message import QueueStats
-from spark_queue.metrics import matches
+from spark_queue.ops.prometheus import matches
 
 
 @dataclass(frozen=True)

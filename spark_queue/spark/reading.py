@@ -25,7 +25,7 @@ from pyspark.sql.datasource import InputPartition
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.defaults import MAX_BATCH
-from spark_queue.deliveries import Leased
+from spark_queue.engine.deliveries import Leased
 from spark_queue.message import Message
 from spark_queue.queue import Queue
 from spark_queue.spark import slicing

@@ -1,4 +1,4 @@
-"""Queries sharing a queue split its buckets through ownership (spark_queue.ownership).
+"""Queries sharing a queue split its buckets through ownership (spark_queue.engine.ownership).
 
 Two streaming queries planning the same bucket would each lease its messages
 (plain leases in a bucket a partition thinks it has to itself) and both hand
@@ -29,8 +29,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
+from spark_queue.engine.ownership import MAX_PERIOD, MIN_PERIOD, Ownership, new_owner
 from spark_queue.errors import SparkQueueError
-from spark_queue.ownership import MAX_PERIOD, MIN_PERIOD, Ownership, new_owner
 from spark_queue.queue import Queue
 
 log = logging.getLogger(__name__)

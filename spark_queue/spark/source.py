@@ -57,7 +57,7 @@ from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import QueueNotFound, SparkQueueError
 from spark_queue.queue import Queue
 from spark_queue.spark import admission, planning, slicing, stopping
-from spark_queue.spark.acking import StepAcks
+from spark_queue.spark.commit_acks import StepAcks
 from spark_queue.spark.incarnations import Incarnations, check_part
 from spark_queue.spark.offsets import Offset, incarnations_of
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
@@ -483,7 +483,7 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- progress -------------------------------------------------------------------------
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        # Counting costs a bounded number of bucket scans (spark_queue.counting), still
+        # Counting costs a bounded number of bucket scans (spark_queue.engine.counting), still
         # a few round trips: do it beside the stream, not on Spark's planning path,
         # and report the last count. One count at a time: a slow count delays the
         # next one instead of piling threads up behind it.

@@ -14,9 +14,9 @@ import logging
 import threading
 import time
 
-from spark_queue.bounds import Bounds
 from spark_queue.config import QueueSettings
 from spark_queue.defaults import DROP_PER_PASS, MAINTENANCE_INTERVAL
+from spark_queue.engine.bounds import Bounds
 from spark_queue.errors import SparkQueueError
 from spark_queue.store.buckets import Buckets
 

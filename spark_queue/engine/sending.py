@@ -30,12 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from spark_queue import metrics
-from spark_queue.bounds import Bounds
 from spark_queue.config import QueueSettings, check_seconds
 from spark_queue.defaults import MAX_BATCH
+from spark_queue.engine import counters
+from spark_queue.engine.bounds import Bounds
+from spark_queue.engine.lanes import StickyLane, check_key, lane_of
 from spark_queue.errors import InvalidMessage, MessageTooLarge, SparkQueueError
-from spark_queue.lanes import StickyLane, check_key, lane_of
 from spark_queue.store.buckets import Buckets, LeaseWrite, NewMessage, now_ms
 from spark_queue.store.ids import IdBlocks
 from spark_queue.store.send_log import SendLog, SendState
@@ -355,7 +355,7 @@ class Sender:
         if plan.release:
             self.release(ids, outgoing, now, retry=plan.release_only_pending)
             send_log.write(*key, SendState.DONE, ids, now)
-            metrics.SENT.labels(queue=self._name).inc(len(ids))
+            counters.SENT.labels(queue=self._name).inc(len(ids))
         return ids
 
     def release(

@@ -15,7 +15,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 
-from spark_queue.deliveries import Leased, delivery_of
+from spark_queue.engine.deliveries import Leased, delivery_of
 from spark_queue.errors import DataLoss
 from spark_queue.message import Delivery, Receipt
 from spark_queue.store.buckets import Buckets, LeaseCheck, LeaseWrite, now_ms

@@ -2,9 +2,9 @@
 
 ::
 
-    python jobs/producer.py --count 2000                 # 2000 orders at the configured rate
-    python jobs/producer.py --rate 200 --duration 30     # 200 orders/s for 30 s
-    python jobs/producer.py --count 5000 --rate 0        # as fast as the queue takes them
+    python jobs/order_producer.py --count 2000                 # 2000 orders at the configured rate
+    python jobs/order_producer.py --rate 200 --duration 30     # 200 orders/s for 30 s
+    python jobs/order_producer.py --count 5000 --rate 0        # as fast as the queue takes them
 
 It uses the Python client (no Spark): orders go out in ``send_batch`` calls of
 ``--batch-size`` messages, paced so that the average rate stays at ``--rate``.
@@ -180,7 +180,7 @@ def open_orders_queue(client: QueueClient, config: JobConfig) -> Queue:
 def build_parser() -> argparse.ArgumentParser:
     """The producer's command line."""
     parser = argparse.ArgumentParser(
-        prog="producer.py",
+        prog="order_producer.py",
         description=(
             "Send sample JSON orders to the 'orders' queue at a given rate, a share of them"
             " malformed on purpose. Stops after --count orders or --duration seconds."
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                 batch_size=batch_size,
             )
     except SparkQueueError as e:
-        print(f"producer.py: error: {e}", file=sys.stderr)
+        print(f"order_producer.py: error: {e}", file=sys.stderr)
         return 1
     print(summary.render())
     return 0

@@ -57,17 +57,17 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from spark_queue.bounds import Bounds
-from spark_queue.bucket_receive import BucketReceiver
-from spark_queue.claims import Claims
 from spark_queue.config import QueueSettings
-from spark_queue.dead_letters import DeadLetters
 from spark_queue.defaults import IDLE_RECHECK, LANE_LOOK_BUCKETS
-from spark_queue.deliveries import delivery_of, fresh_lease
-from spark_queue.lanes import LaneOwner
-from spark_queue.maintenance import Maintenance
+from spark_queue.engine.bounds import Bounds
+from spark_queue.engine.claims import Claims
+from spark_queue.engine.dead_letters import DeadLetters
+from spark_queue.engine.deliveries import delivery_of, fresh_lease
+from spark_queue.engine.lanes import LaneOwner
+from spark_queue.engine.lease_memory import OwnLeases
+from spark_queue.engine.lifecycle import Maintenance
+from spark_queue.engine.named_receive import BucketReceiver
 from spark_queue.message import Delivery, new_lease
-from spark_queue.own_leases import OwnLeases
 from spark_queue.store.buckets import Buckets, Candidate, StoredMessage, now_ms
 from spark_queue.store.lane_scans import busy_lanes, lane_visible_at, scan_lane
 

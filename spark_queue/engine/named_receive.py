@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from spark_queue.bounds import Bounds
-from spark_queue.claims import Claims, pick_oldest
-from spark_queue.deliveries import Leased, delivery_of, fresh_lease
-from spark_queue.maintenance import Maintenance
+from spark_queue.engine.bounds import Bounds
+from spark_queue.engine.claims import Claims, pick_oldest
+from spark_queue.engine.deliveries import Leased, delivery_of, fresh_lease
+from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.message import Delivery, new_lease
 from spark_queue.store.buckets import Buckets, LeaseWrite, StoredMessage, now_ms
 

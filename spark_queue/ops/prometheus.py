@@ -1,19 +1,15 @@
-"""Prometheus metrics: what this process did to each queue, and what each queue holds.
-
-Counters (``REGISTRY``): every ``Queue`` handle counts its own operations here,
-per queue: ``bdq_sent_total``, ``bdq_received_total``, ``bdq_acked_total``,
-``bdq_stale_acks_total``, ``bdq_dead_lettered_total`` (moved to the dead-letter
-queue) and ``bdq_redriven_total`` (sent back by a redrive, by target queue). A
-worker process exposes its own rates with ``serve(port)``; they are this
-process's counts, as with any Prometheus client library.
+"""Prometheus: the queues' gauges, counted at scrape time, and the HTTP endpoint.
 
 Gauges (``QueueCollector``, which ``bdq metrics serve`` registers): per queue,
-on each scrape, from the cheap counts of ``spark_queue.counting`` (a bounded
+on each scrape, from the cheap counts of ``spark_queue.engine.counting`` (a bounded
 cost per queue, however long the backlog): ``bdq_visible_messages``,
 ``bdq_in_flight_messages``, ``bdq_delayed_messages``,
 ``bdq_oldest_message_age_seconds``, ``bdq_live_buckets``, ``bdq_counts_age_seconds``
 and, for a queue with a dead-letter queue, ``bdq_dead_letters`` (the visible
 messages of its dead-letter queue).
+
+A worker process exposes its own counters (``spark_queue.engine.counters``)
+with ``serve(port)``.
 """
 
 from __future__ import annotations
@@ -21,69 +17,22 @@ from __future__ import annotations
 import fnmatch
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from spark_queue.engine.counters import REGISTRY
 from spark_queue.errors import SparkQueueError
 
 if TYPE_CHECKING:
     from spark_queue.client import QueueClient
     from spark_queue.message import QueueStats
 
+__all__ = ["REGISTRY", "QueueCollector", "matches", "serve"]
+
 log = logging.getLogger(__name__)
-
-#: The registry of spark-queue's metrics in this process.
-REGISTRY = CollectorRegistry(auto_describe=True)
-
-SENT = Counter("bdq_sent", "Messages sent by this process.", ["queue"], registry=REGISTRY)
-RECEIVED = Counter(
-    "bdq_received", "Deliveries handed out to this process.", ["queue"], registry=REGISTRY
-)
-ACKED = Counter("bdq_acked", "Messages acked by this process.", ["queue"], registry=REGISTRY)
-STALE_ACKS = Counter(
-    "bdq_stale_acks",
-    "Acks refused because the receipt was stale (a duplicate delivery, or acked already).",
-    ["queue"],
-    registry=REGISTRY,
-)
-DEAD_LETTERED = Counter(
-    "bdq_dead_lettered",
-    "Messages this process moved from the queue to its dead-letter queue.",
-    ["queue"],
-    registry=REGISTRY,
-)
-REDRIVEN = Counter(
-    "bdq_redriven",
-    "Dead letters this process sent back to the queue (the label).",
-    ["queue"],
-    registry=REGISTRY,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueCounters:
-    """The counters of one queue, looked up once per handle rather than per operation."""
-
-    sent: Any
-    received: Any
-    acked: Any
-    stale_acks: Any
-    dead_lettered: Any
-
-    @classmethod
-    def of(cls, queue: str) -> QueueCounters:
-        """The counters labelled ``queue``."""
-        return cls(
-            SENT.labels(queue=queue),
-            RECEIVED.labels(queue=queue),
-            ACKED.labels(queue=queue),
-            STALE_ACKS.labels(queue=queue),
-            DEAD_LETTERED.labels(queue=queue),
-        )
 
 
 def matches(name: str, patterns: Iterable[str] | None) -> bool:

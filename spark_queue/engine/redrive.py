@@ -24,9 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spark_queue import metrics
 from spark_queue.config import check_int, check_queue_name, check_seconds
-from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.engine import counters
+from spark_queue.engine.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
 from spark_queue.errors import InvalidSetting, QueueNotFound
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def _target(
 def _note_redriven(moved: Sequence[tuple[Delivery, Queue]]) -> None:
     """Count the moves into the process's metrics, per target queue."""
     for name, count in Counter(target.name for _, target in moved).items():
-        metrics.REDRIVEN.labels(queue=name).inc(count)
+        counters.REDRIVEN.labels(queue=name).inc(count)
 
 
 def _check_rate(rate: object) -> float:

@@ -19,8 +19,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from spark_queue import metrics
 from spark_queue.config import QueueSettings
+from spark_queue.engine import counters
 from spark_queue.errors import SparkQueueError
 from spark_queue.message import new_lease
 from spark_queue.store.buckets import Buckets, Candidate, LeaseCheck
@@ -104,5 +104,5 @@ class DeadLetters:
             )
             return 0
         self._buckets.ack(taken, now)
-        metrics.DEAD_LETTERED.labels(queue=self._name).inc(len(messages))
+        counters.DEAD_LETTERED.labels(queue=self._name).inc(len(messages))
         return len(messages)

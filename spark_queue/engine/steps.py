@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from spark_queue.deliveries import Leased
+from spark_queue.engine.counters import QueueCounters
+from spark_queue.engine.deliveries import Leased
+from spark_queue.engine.receiving import Receiver
+from spark_queue.engine.step_journal import Steps, step_lease
 from spark_queue.errors import InvalidSetting
 from spark_queue.message import Delivery
-from spark_queue.metrics import QueueCounters
-from spark_queue.receiving import Receiver
-from spark_queue.steps import Steps, step_lease
 
 if TYPE_CHECKING:
     from spark_queue.queue import Queue

@@ -22,8 +22,8 @@ from rich.table import Table
 
 from spark_queue import defaults
 from spark_queue.bench.baseline import DEFAULT_CONCURRENCY as BASELINE_CONCURRENCY
+from spark_queue.bench.consistency import MIN_PAYLOAD_BYTES
 from spark_queue.bench.head_bench import run_head_bench
-from spark_queue.bench.metrics import MIN_PAYLOAD_BYTES
 from spark_queue.bench.queue_bench import (
     OrderSweep,
     Progress,
@@ -43,7 +43,7 @@ from spark_queue.bench.spark_bench import (
     run_spark_bench,
 )
 from spark_queue.bench.spark_floor import FLOOR_SECONDS
-from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
+from spark_queue.cli.flags import CommandGroup, connection_options, echo_json, json_option
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting
 

@@ -16,14 +16,14 @@ from rich.live import Live
 from rich.table import Table
 
 from spark_queue import defaults
-from spark_queue.cli.options import CommandGroup, connection_options, echo_json, json_option
+from spark_queue.cli.flags import CommandGroup, connection_options, echo_json, json_option
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
-from spark_queue.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.engine.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.engine.redrive import DEAD_LETTER_HEADERS
 from spark_queue.errors import InvalidMessage, InvalidSetting
 from spark_queue.message import Delivery, Message, QueueStats
 from spark_queue.queue import Queue
-from spark_queue.redrive import DEAD_LETTER_HEADERS
 
 _console = Console()
 
