@@ -27,7 +27,7 @@ from pyspark.errors import StreamingQueryException
 
 from jobs.order_producer import produce
 from jobs.orders import sample_orders
-from jobs.pipeline import build_session, ensure_queues, run_pipeline
+from jobs.pipeline_run import build_session, ensure_queues, run_pipeline
 from jobs.settings import add_connection_flags, connection_settings, load_config
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings

@@ -12,7 +12,7 @@ to ``MAX_QTY`` and a ``price`` from 0 to ``MAX_PRICE``. The first rule broken is
 the reason a message is rejected, sent in the ``reject-reason`` header of its
 copy in ``orders-rejected``. Fields not shown above are dropped from shipments.
 
-The pipeline (``jobs/pipeline.py``) checks these rules with Spark SQL; this
+The pipeline (``jobs/order_routing.py``) checks these rules with Spark SQL; this
 module only names them, and makes sample orders without needing Spark.
 """
 

@@ -6,7 +6,6 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict
 from types import TracebackType
 from typing import Any
 
@@ -17,27 +16,16 @@ from spark_queue.engine.settings_change import update_settings
 from spark_queue.errors import InvalidSetting, QueueExists, QueueNotFound, SparkQueueError
 from spark_queue.queue import Queue
 from spark_queue.store.buckets import Buckets
+from spark_queue.store.catalog import (
+    queue_names,
+    read_settings,
+    register_queue,
+    remove_sequence_and_pointers,
+    unregister_queue,
+)
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
-
-_SETTINGS_COLUMNS = (
-    "bucket_size, visibility_timeout, order_hint, message_ttl, max_deliveries,"
-    " dead_letter_queue, max_message_bytes, seal_delay, lanes"
-)
-CREATE = (
-    f"INSERT INTO {{ks}}.queues (name, queue_id, {_SETTINGS_COLUMNS}, created_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS"
-)
-INIT_SEQUENCE = "INSERT INTO {ks}.sequences (queue_id, next_id) VALUES (?, 0) IF NOT EXISTS"
-INIT_POINTERS = (
-    "INSERT INTO {ks}.pointers (queue_id, head, sealed_upto) VALUES (?, 0, 0) IF NOT EXISTS"
-)
-READ = f"SELECT queue_id, {_SETTINGS_COLUMNS} FROM {{ks}}.queues WHERE name = ?"
-LIST = "SELECT name FROM {ks}.queues"
-DELETE = "DELETE FROM {ks}.queues WHERE name = ? IF queue_id = ?"
-DELETE_SEQUENCE = "DELETE FROM {ks}.sequences WHERE queue_id = ?"
-DELETE_POINTERS = "DELETE FROM {ks}.pointers WHERE queue_id = ?"
 
 
 class QueueClient:
@@ -171,19 +159,7 @@ class QueueClient:
                 )
             self.queue(dead_letter_queue)  # QueueNotFound names it
         queue_id = uuid.uuid4()
-        store = self._store
-        what = f"creating queue {name!r}"
-        store.execute(INIT_SEQUENCE, (queue_id,), what=what)
-        store.execute(INIT_POINTERS, (queue_id,), what=what)
-        values = asdict(settings)
-        row = store.execute(
-            CREATE,
-            (name, queue_id, *(values[c.strip()] for c in _SETTINGS_COLUMNS.split(","))),
-            what=what,
-        ).one()
-        if not row[0]:
-            store.execute(DELETE_SEQUENCE, (queue_id,), what=what)
-            store.execute(DELETE_POINTERS, (queue_id,), what=what)
+        if not register_queue(self._store, name, queue_id, settings):
             if exist_ok:
                 return self.queue(name)
             raise QueueExists(
@@ -194,15 +170,13 @@ class QueueClient:
     def queue(self, name: str) -> Queue:
         """A handle on an existing queue. QueueNotFound if there is none of that name."""
         check_queue_name(name)
-        row = self._store.execute(READ, (name,), what=f"opening queue {name!r}").one()
-        if row is None or row[0] is None:
+        found = read_settings(self._store, name, what=f"opening queue {name!r}")
+        if found is None:
             raise QueueNotFound(
                 f"queue {name!r}: does not exist in keyspace {self.settings.keyspace!r}"
                 " (create it with create_queue or 'bdq queue create')"
             )
-        columns = [c.strip() for c in _SETTINGS_COLUMNS.split(",")]
-        settings = QueueSettings(**dict(zip(columns, row[1:], strict=True)))
-        return self._handle(name, row[0], settings)
+        return self._handle(name, *found)
 
     def _handle(self, name: str, queue_id: uuid.UUID, settings: QueueSettings) -> Queue:
         # One handle per incarnation, so its id block and caches are shared.
@@ -245,7 +219,7 @@ class QueueClient:
 
     def list_queues(self) -> list[str]:
         """Names of every queue in the keyspace, sorted."""
-        return sorted(row[0] for row in self._store.rows(LIST, what="listing queues"))
+        return sorted(queue_names(self._store))
 
     def delete_queue(self, name: str, *, missing_ok: bool = False) -> None:
         """Delete a queue and its messages.
@@ -262,17 +236,13 @@ class QueueClient:
             if missing_ok:
                 return
             raise
-        what = f"deleting queue {name!r}"
-        row = self._store.execute(DELETE, (name, queue.queue_id), what=what).one()
-        if not row[0]:
+        if not unregister_queue(self._store, name, queue.queue_id):
             raise QueueNotFound(
                 f"queue {name!r}: was deleted or re-created by someone else meanwhile"
             )
         buckets = Buckets(self._store, queue.queue_id, queue.settings.bucket_size)
         doomed = stored_range(buckets)  # read before its pointers go
-        # The sequence goes first so writers holding a handle fail on their next block.
-        self._store.execute(DELETE_SEQUENCE, (queue.queue_id,), what=what)
-        self._store.execute(DELETE_POINTERS, (queue.queue_id,), what=what)
+        remove_sequence_and_pointers(self._store, name, queue.queue_id)
         try:
             buckets.drop(doomed)
         except SparkQueueError:

@@ -69,3 +69,17 @@ LANE_TRIES = 3
 LANE_LOOK_PAUSE_MAX = 2.0
 #: Head buckets a look for free lanes reads (lane and visibility columns only).
 LANE_LOOK_BUCKETS = 4
+
+# The producer (``Queue.producer()``, ``send_async``): see ``spark_queue.producer``.
+#: Seconds the producer waits after its oldest buffered message for a full batch.
+DEFAULT_LINGER = 0.005
+#: Most messages the producer writes as one batch (split per bucket).
+DEFAULT_BATCH_SIZE = 500
+#: Bucket batches in flight at once.
+DEFAULT_MAX_REQUESTS = 8
+#: Payload and header bytes accepted and not yet durable.
+DEFAULT_MAX_BYTES_IN_FLIGHT = 64 * 1024 * 1024
+#: Seconds ``send`` may block on a full producer before it raises.
+DEFAULT_MAX_BLOCK = 60.0
+#: Seconds the producer's background thread idles before it exits (a send starts it again).
+IDLE_EXIT = 1.0

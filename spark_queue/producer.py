@@ -41,65 +41,30 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from spark_queue.config import check_int, check_seconds
+from spark_queue.defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_LINGER,
+    DEFAULT_MAX_BLOCK,
+    DEFAULT_MAX_BYTES_IN_FLIGHT,
+    DEFAULT_MAX_REQUESTS,
+    IDLE_EXIT,
+)
 from spark_queue.engine.counters import QueueCounters
+from spark_queue.engine.producer_buffer import Accepted, Batch, BucketWrite, Landed
 from spark_queue.errors import BackendUnavailable, SparkQueueError
-from spark_queue.store.buckets import BATCH_BYTES, BATCH_ROWS, Buckets, now_ms
+from spark_queue.store.buckets import Buckets
+from spark_queue.store.message_values import now_ms
+from spark_queue.store.message_writes import BATCH_BYTES, BATCH_ROWS
 from spark_queue.store.session import translated
 
 if TYPE_CHECKING:
-    from spark_queue.engine.sending import Outgoing, Payload, Sender
+    from spark_queue.engine.sending import Payload, Sender
 
 log = logging.getLogger(__name__)
-
-#: Seconds the producer waits after its oldest buffered message for a full batch.
-DEFAULT_LINGER = 0.005
-#: Most messages the producer writes as one batch (split per bucket).
-DEFAULT_BATCH_SIZE = 500
-#: Bucket batches in flight at once.
-DEFAULT_MAX_REQUESTS = 8
-#: Payload and header bytes accepted and not yet durable.
-DEFAULT_MAX_BYTES_IN_FLIGHT = 64 * 1024 * 1024
-#: Seconds ``send`` may block on a full producer before it raises.
-DEFAULT_MAX_BLOCK = 60.0
-#: Seconds the background thread idles before it exits (a send starts it again).
-IDLE_EXIT = 1.0
-
-
-@dataclass(slots=True)
-class _Accepted:
-    """A message accepted by ``send``, waiting for its batch."""
-
-    seq: int
-    outgoing: Outgoing
-    size: int
-    at: float  # monotonic time of acceptance
-    future: Future[int]
-
-
-@dataclass(slots=True)
-class _Batch:
-    """Messages taken from the buffer together: ``remaining`` of them are unresolved."""
-
-    first_seq: int
-    remaining: int
-
-
-@dataclass(slots=True)
-class _Write:
-    """One single-partition batch of one bucket, in flight."""
-
-    batch: _Batch
-    items: list[_Accepted]
-    ids: list[tuple[int, float]]  # (id, monotonic time its block was requested)
-    enqueued_at: int  # ms; a repair sends again with the same enqueue time
-
-
-_Landed = tuple[_Write, BaseException | None]  # a write Cassandra answered, and its error
 
 
 class Producer:
@@ -150,9 +115,9 @@ class Producer:
         self._wake = threading.Condition(self._lock)  # the background thread
         self._room = threading.Condition(self._lock)  # senders blocked on the bound
         self._settled = threading.Condition(self._lock)  # flushes
-        self._buffer: deque[_Accepted] = deque()
-        self._landed: list[_Landed] = []
-        self._open: dict[int, _Batch] = {}  # first seq -> batch taken and not resolved
+        self._buffer: deque[Accepted] = deque()
+        self._landed: list[Landed] = []
+        self._open: dict[int, Batch] = {}  # first seq -> batch taken and not resolved
         self._accepted = 0  # seq of the next accepted message
         self._bytes = 0
         self._requests = 0
@@ -210,7 +175,7 @@ class Producer:
         future: Future[int] = Future()
         with self._lock:
             self._wait_for_room(size)
-            item = _Accepted(self._accepted, outgoing, size, time.monotonic(), future)
+            item = Accepted(self._accepted, outgoing, size, time.monotonic(), future)
             self._accepted += 1
             self._bytes += size
             self._buffer.append(item)
@@ -353,7 +318,7 @@ class Producer:
                 self._thread = None
             raise
 
-    def _next_work(self) -> tuple[list[_Landed], tuple[_Batch, list[_Accepted]] | None] | None:
+    def _next_work(self) -> tuple[list[Landed], tuple[Batch, list[Accepted]] | None] | None:
         """Wait (lock held) for landed writes or a batch to send; None when it is time to exit."""
         idle_since: float | None = None
         while True:
@@ -374,7 +339,7 @@ class Producer:
                 timeout = max(0.0, self._buffer[0].at + self.linger - now)
             self._wake.wait(timeout)  # None: until a write lands
 
-    def _take_batch(self, now: float) -> tuple[_Batch, list[_Accepted]] | None:
+    def _take_batch(self, now: float) -> tuple[Batch, list[Accepted]] | None:
         """Take the next batch from the buffer (lock held) if one is due and a request is free."""
         buffer = self._buffer
         if not buffer or self._requests >= self.max_requests:
@@ -387,7 +352,7 @@ class Producer:
         )
         if not due:
             return None
-        items: list[_Accepted] = []
+        items: list[Accepted] = []
         first = buffer[0].seq
         while buffer and len(items) < self.batch_size:
             item = buffer.popleft()
@@ -399,14 +364,14 @@ class Producer:
         if not items:
             self._settled.notify_all()
             return None
-        batch = _Batch(first, len(items))
+        batch = Batch(first, len(items))
         self._open[first] = batch
         # Reserved here, before the first write of the batch goes out: once
         # issued, a write may land (and be settled) before the next is issued.
         self._requests += 1
         return batch, items
 
-    def _dispatch(self, batch: _Batch, items: list[_Accepted]) -> None:
+    def _dispatch(self, batch: Batch, items: list[Accepted]) -> None:
         """Reserve ids for a batch (in buffer order) and issue one write per bucket chunk."""
         what = f"sending {len(items)} message(s) to queue {self.name!r}"
         try:
@@ -416,7 +381,7 @@ class Producer:
         except Exception as e:
             with self._lock:
                 self._requests -= 1
-            self._resolve(_Write(batch, items, [], 0), None, translated(e, what))
+            self._resolve(BucketWrite(batch, items, [], 0), None, translated(e, what))
             return
         with self._lock:
             self._requests += len(writes) - 1  # one was reserved when the batch was taken
@@ -436,15 +401,15 @@ class Producer:
 
     def _split(
         self,
-        batch: _Batch,
-        items: list[_Accepted],
+        batch: Batch,
+        items: list[Accepted],
         reserved: list[tuple[int, float]],
         enqueued_at: int,
-    ) -> list[_Write]:
+    ) -> list[BucketWrite]:
         """One write per bucket, cut where a batch would pass the store's row or byte limits."""
         bucket_of = self._buckets.bucket_of
-        writes: list[_Write] = []
-        current: _Write | None = None
+        writes: list[BucketWrite] = []
+        current: BucketWrite | None = None
         bucket, size = -1, 0
         for item, entry in zip(items, reserved, strict=True):
             b = bucket_of(entry[0])
@@ -454,7 +419,7 @@ class Producer:
                 or len(current.items) >= BATCH_ROWS
                 or size + item.size > BATCH_BYTES
             ):
-                current = _Write(batch, [], [], enqueued_at)
+                current = BucketWrite(batch, [], [], enqueued_at)
                 writes.append(current)
                 bucket, size = b, 0
             current.items.append(item)
@@ -462,16 +427,16 @@ class Producer:
             size += item.size
         return writes
 
-    def _on_written(self, _rows: Any, w: _Write) -> None:
+    def _on_written(self, _rows: Any, w: BucketWrite) -> None:
         """Driver callback (on its I/O thread): hand the write to the producer's thread."""
         self._on_landed(None, w)
 
-    def _on_landed(self, error: BaseException | None, w: _Write) -> None:
+    def _on_landed(self, error: BaseException | None, w: BucketWrite) -> None:
         with self._lock:
             self._landed.append((w, error))
             self._wake.notify()
 
-    def _settle(self, landed: Sequence[_Landed]) -> None:
+    def _settle(self, landed: Sequence[Landed]) -> None:
         """Repair late writes, then resolve each write's futures."""
         for w, error in landed:
             ids: list[int] | None = None
@@ -490,7 +455,9 @@ class Producer:
                 self._requests -= 1
             self._resolve(w, ids, failure)
 
-    def _resolve(self, w: _Write, ids: list[int] | None, failure: SparkQueueError | None) -> None:
+    def _resolve(
+        self, w: BucketWrite, ids: list[int] | None, failure: SparkQueueError | None
+    ) -> None:
         """Resolve a write's futures, then release their bytes."""
         for n, item in enumerate(w.items):
             if failure is not None:

@@ -3,25 +3,9 @@
 ``Queue`` is a thin front over the engine (``spark_queue.engine``), one module per
 idea; the module map is in docs/architecture.md, and nowhere else.
 
-How a message moves (seed 000, BlueDove; seed 001, CassieQ): a send takes ids
-from a block of the queue's sequence and writes each message into bucket
-``id // bucket_size``; a receive scans its lanes from the head for visible
-messages and leases some with a plain batch per bucket; an ack sets ``acked``
-where the lease is still the receipt's (no tombstone per message): a plain
-write per bucket for leases the acking handle wrote itself and surely still
-holds (``engine/lease_memory.py``), else a conditional batch per bucket (or, opted in
-with ``plain_acks``, a read and a plain write per bucket while the lease surely
-holds: ``store/acks.py``); sealed, fully acked buckets are dropped whole and
-the head moves past them.
-
-Ownership of work between competing consumers (details in ``engine/lanes.py``
-and ``engine/receiving.py``): every message has a lane (from its key, or its sending
-thread's), and a plain consumer receives only from the lanes it owns, leasing
-with plain writes; one lane is owned by one consumer at a time, so a lane's
-messages arrive in order and consumers on different lanes never race.
-Takeover: a consumer that stops loses its lanes at most ``ceil(period) + 1``
-seconds after its last renewal, and its deliveries when their visibility
-timeout ends. K (the order hint) applies within a lane.
+A message's life cycle (BlueDove's visibility timeouts, CassieQ's buckets),
+how acks pick their path and how lanes keep competing consumers apart are
+told in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -35,7 +19,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from spark_queue.config import QueueSettings, check_int, check_seconds
-from spark_queue.defaults import ACK_PLAIN_MARGIN, MAX_BATCH, MAX_ORDER_HINT, SETTINGS_REFRESH
+from spark_queue.defaults import MAX_BATCH, MAX_ORDER_HINT, SETTINGS_REFRESH
 from spark_queue.engine.bounds import Bounds
 from spark_queue.engine.counters import QueueCounters
 from spark_queue.engine.counting import QueueCounter
@@ -43,22 +27,21 @@ from spark_queue.engine.dead_letters import DeadLetters
 from spark_queue.engine.deliveries import as_datetime
 from spark_queue.engine.lanes import LaneOwner, check_key
 from spark_queue.engine.lifecycle import Maintenance
+from spark_queue.engine.receipts import ReceiptActions
 from spark_queue.engine.receiving import Receiver
 from spark_queue.engine.redrive import RedriveResult, redrive
 from spark_queue.engine.sending import Headers, Keys, Payload, Sender
-from spark_queue.engine.settings_change import read_settings
 from spark_queue.engine.step_journal import Steps
 from spark_queue.engine.steps import QueueSteps
 from spark_queue.errors import (
-    InvalidMessage,
     QueueNotFound,
     SparkQueueError,
-    StaleReceipt,
 )
-from spark_queue.message import Delivery, Message, QueueStats, Receipt, new_lease
+from spark_queue.message import Delivery, Message, QueueStats
 from spark_queue.producer import Producer
-from spark_queue.store import acks
-from spark_queue.store.buckets import Buckets, LeaseCheck, StoredMessage, now_ms
+from spark_queue.store.buckets import Buckets
+from spark_queue.store.catalog import read_settings
+from spark_queue.store.message_values import StoredMessage, now_ms
 from spark_queue.store.session import Store
 
 __all__ = ["Payload", "Queue"]
@@ -81,7 +64,7 @@ class Queue:
             several nodes the plain ack is not measured yet.
         ack_own_leases: Whether a receipt this handle leased itself is acked with
             a plain write and no read while ``ACK_PLAIN_MARGIN`` seconds of its
-            lease are left (``own_leases.py``). On by default; turn it off when
+            lease are left (``engine/lease_memory.py``). On by default; turn it off when
             one receipt is used through several handles (``change_visibility``
             on one, ``ack`` on another).
     """
@@ -112,14 +95,15 @@ class Queue:
         )
         self._counter = QueueCounter(store, queue_id, settings.bucket_size)
         self._counts = QueueCounters.of(name)  # this process's Prometheus counters
-        # replayable consumer steps (the Spark source): queue_steps.py
+        # replayable consumer steps (the Spark source): engine/steps.py
         self.steps = QueueSteps(
             self, Steps(store, self.buckets, name), self._receiving, self._counts
         )
+        self._receipts = ReceiptActions(name, queue_id, self.buckets, self._receiving, self._counts)
         self._producer_lock = threading.Lock()
         self._producer: Producer | None = None  # send_async's, made on first use
         self.plain_acks = False  # opt-in: see store/acks.py for when it pays
-        self.ack_own_leases = True  # see own_leases.py
+        self.ack_own_leases = True  # see engine/lease_memory.py
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, queue_id={self.queue_id})"
@@ -342,7 +326,7 @@ class Queue:
 
     @property
     def lanes(self) -> LaneOwner:
-        """This handle's ownership of lanes (``lanes.py``): ``owned()``, ``period``."""
+        """This handle's ownership of lanes (``engine/lanes.py``): ``owned()``, ``period``."""
         return self._receiving.lanes
 
     def release_lanes(self) -> None:
@@ -403,7 +387,7 @@ class Queue:
 
         A receipt this handle leased itself, with ``ACK_PLAIN_MARGIN`` seconds
         of its lease left, is acked with a plain write and no read
-        (``own_leases.py``; ``ack_own_leases``). Of the others, with
+        (``engine/lease_memory.py``; ``ack_own_leases``). Of the others, with
         ``plain_acks`` (opt-in), a read and a plain
         write per bucket while a receipt's lease has ``ACK_PLAIN_MARGIN``
         seconds left, the conditional write otherwise (``store/acks.py``; an
@@ -416,29 +400,9 @@ class Queue:
         Returns:
             The stale receipts (empty when ``strict``).
         """
-        if isinstance(receipts, str):
-            raise InvalidMessage(f"receipts {receipts[:40]!r}: ack_batch takes a list; use ack()")
-        decoded = [(text, Receipt.decode(text)) for text in receipts]
-        foreign = [text for text, r in decoded if r.queue_id != self.queue_id]
-        mine = [(text, r) for text, r in decoded if r.queue_id == self.queue_id]
-        checks = [LeaseCheck(r.bucket, r.id, r.lease, r.expires_at_ms) for _, r in mine]
-        own: list[LeaseCheck] = []
-        if self.ack_own_leases:
-            own, checks = self._receiving.own_leases.take(
-                checks, time.monotonic(), ACK_PLAIN_MARGIN
-            )
-        stale_keys = acks.ack(self.buckets, checks, plain=self.plain_acks, own=own)
-        self._receiving.acked([(r.bucket, r.id) for _, r in mine])
-        stale = foreign + [text for text, r in mine if (r.bucket, r.id) in stale_keys]
-        self._counts.acked.inc(len(receipts) - len(stale))
-        self._counts.stale_acks.inc(len(stale))
-        if stale and strict:
-            raise StaleReceipt(
-                f"{len(stale)} of {len(receipts)} receipt(s) for queue {self.name!r} no longer"
-                " name the current delivery (acked already, received again after the"
-                " visibility timeout, or from another queue); nothing was changed for them",
-            )
-        return stale
+        return self._receipts.ack_batch(
+            receipts, strict=strict, plain=self.plain_acks, own_leases=self.ack_own_leases
+        )
 
     def change_visibility(self, receipt: str, seconds: float) -> str:
         """Make a received message visible again after ``seconds`` (0: now).
@@ -446,22 +410,7 @@ class Queue:
         Returns:
             The new receipt; the old one is stale from now on.
         """
-        delay = check_seconds("seconds", seconds, allow_zero=True)
-        r = Receipt.decode(receipt)
-        now = now_ms()
-        lease = new_lease()
-        check = LeaseCheck(r.bucket, r.id, r.lease, r.expires_at_ms)
-        if r.queue_id != self.queue_id or not self.buckets.change_visibility(
-            check, lease, now + int(delay * 1000), now
-        ):
-            raise StaleReceipt(
-                f"receipt for message {r.id} of queue {self.name!r}: no longer names the current"
-                " delivery; its visibility was not changed"
-            )
-        self._receiving.unskip(r.bucket)
-        self._receiving.claims.drop([(r.bucket, r.id)])
-        self._receiving.own_leases.forget([(r.bucket, r.id)])
-        return Receipt(self.queue_id, r.bucket, r.id, lease, r.expires_at_ms).encode()
+        return self._receipts.change_visibility(receipt, seconds)
 
     # -- inspection ------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ from spark_queue.bench.faults_pipeline import PHASES, PipelineFaultsResult
 from spark_queue.message import Delivery
 from spark_queue.queue import Queue
 from spark_queue.store import acks
-from spark_queue.store.buckets import Buckets, LeaseCheck
+from spark_queue.store.buckets import Buckets
+from spark_queue.store.message_values import LeaseCheck
 
 
 def drain_deliveries(queue: Queue, *, batch: int = 100, wait: float = 0.0) -> list[Delivery]:

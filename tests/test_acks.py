@@ -21,7 +21,8 @@ from spark_queue.engine.lease_memory import OwnLeases
 from spark_queue.queue import Queue
 from spark_queue.store import acks
 from spark_queue.store.acks import Held
-from spark_queue.store.buckets import Buckets, LeaseCheck
+from spark_queue.store.buckets import Buckets
+from spark_queue.store.message_values import LeaseCheck
 from tests.helpers import count_ack_paths
 
 MARGIN = 2000

@@ -7,13 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from spark_queue.bench.faults_bench import (
-    FaultsParams,
-    FaultsResult,
-    LevelResult,
-    _measure,
-    check_faults,
-)
+from spark_queue.bench.faults_bench import _measure
+from spark_queue.bench.faults_params import FaultsParams, check_faults
 from spark_queue.bench.faults_pipeline import (
     PHASES,
     Checkpoint,
@@ -21,6 +16,7 @@ from spark_queue.bench.faults_pipeline import (
     plan_kills,
     reached,
 )
+from spark_queue.bench.faults_results import FaultsResult, LevelResult
 from spark_queue.cli import main
 from spark_queue.errors import InvalidSetting
 

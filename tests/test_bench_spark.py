@@ -15,17 +15,18 @@ from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
 from spark_queue import ConnectionSettings, QueueClient
-from spark_queue.bench.spark_bench import (
+from spark_queue.bench.spark_bench import _session_conf, run_spark_bench
+from spark_queue.bench.spark_bench_params import (
     CHECKPOINT_MANAGER,
     FILESYSTEM_CHECKPOINTS,
-    LatencyPhase,
     SparkBenchParams,
+)
+from spark_queue.bench.spark_bench_results import (
+    LatencyPhase,
     SparkBenchResult,
     StreamPhase,
     WarmUp,
     WritePhase,
-    _session_conf,
-    run_spark_bench,
 )
 from spark_queue.cli import main
 from spark_queue.errors import InvalidSetting

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from spark_queue import BackendUnavailable, ConnectionSettings, QueueClient
-from spark_queue.bench.faults_bench import FaultsParams, run_faults_bench
+from spark_queue.bench.faults_bench import run_faults_bench
+from spark_queue.bench.faults_params import FaultsParams
 from spark_queue.bench.faults_pipeline import NodeFaults, run_pipeline_faults
 from spark_queue.bench.faults_report import write_report
 from spark_queue.config import HostPort

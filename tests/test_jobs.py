@@ -24,12 +24,12 @@ from pyspark.sql import functions as F
 
 from jobs import orders as rules
 from jobs.order_producer import produce
+from jobs.order_routing import route_orders
 from jobs.orders import DEFECTS, SampleOrder, sample_orders
-from jobs.pipeline import (
+from jobs.pipeline_run import (
     WRITER_ID_FILE,
     PipelineSummary,
     ensure_queues,
-    route_orders,
     run_pipeline,
     writer_identity,
 )

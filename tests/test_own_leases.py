@@ -18,7 +18,7 @@ from spark_queue import ConnectionSettings, QueueClient, StaleReceipt
 from spark_queue.defaults import ACK_PLAIN_MARGIN, MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_LIMIT
 from spark_queue.engine import receiving as receiving_module
 from spark_queue.engine.lease_memory import MAX_OWN, PRUNE_EVERY, OwnLeases
-from spark_queue.store.buckets import LeaseCheck
+from spark_queue.store.message_values import LeaseCheck
 from tests.helpers import count_ack_paths
 
 

@@ -24,7 +24,7 @@ from spark_queue import (
 from spark_queue.engine import receiving
 from spark_queue.engine.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
 from spark_queue.queue import Queue
-from spark_queue.store.buckets import now_ms
+from spark_queue.store.message_values import now_ms
 from tests.helpers import drain
 
 pytestmark = pytest.mark.cassandra

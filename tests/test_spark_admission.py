@@ -10,7 +10,8 @@ from spark_queue.errors import InvalidSetting
 from spark_queue.spark.admission import byte_limit, cap_bytes
 from spark_queue.spark.options import SinkOptions, SourceOptions
 from spark_queue.spark.planning import Part
-from spark_queue.store.buckets import now_ms, visible_sizes
+from spark_queue.store.buckets import visible_sizes
+from spark_queue.store.message_values import now_ms
 from spark_queue.store.session import Store
 
 

@@ -7,7 +7,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.errors import QueueNotFound
-from spark_queue.spark import reading
+from spark_queue.spark import worker_handles
 from spark_queue.spark.options import SourceOptions, connector_options
 from spark_queue.spark.source import BdqStreamReader
 
@@ -17,20 +17,20 @@ pytestmark = pytest.mark.cassandra
 def test_a_handle_is_reused_until_the_refresh_then_a_recreated_queue_is_seen(
     keyspace: ConnectionSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(reading, "QUEUE_REFRESH", 0.0)  # look up again at every call
+    monkeypatch.setattr(worker_handles, "QUEUE_REFRESH", 0.0)  # look up again at every call
     with QueueClient(settings=keyspace) as client:
         client.create_queue("handles")
-        first = reading.open_queue(keyspace, "handles")
+        first = worker_handles.open_queue(keyspace, "handles")
         client.delete_queue("handles")
         with pytest.raises(QueueNotFound, match="handles"):
-            reading.open_queue(keyspace, "handles")
+            worker_handles.open_queue(keyspace, "handles")
         recreated = client.create_queue("handles")
-        assert reading.open_queue(keyspace, "handles").queue_id == recreated.queue_id
+        assert worker_handles.open_queue(keyspace, "handles").queue_id == recreated.queue_id
 
-        monkeypatch.setattr(reading, "QUEUE_REFRESH", 3600.0)
-        kept = reading.open_queue(keyspace, "handles")
+        monkeypatch.setattr(worker_handles, "QUEUE_REFRESH", 3600.0)
+        kept = worker_handles.open_queue(keyspace, "handles")
         client.delete_queue("handles")
-        assert reading.open_queue(keyspace, "handles") is kept  # within the refresh: no read
+        assert worker_handles.open_queue(keyspace, "handles") is kept  # within the refresh: no read
         assert first.queue_id != kept.queue_id
 
 

@@ -10,7 +10,7 @@ from spark_queue.engine.deliveries import delivery_of
 from spark_queue.errors import InvalidSetting
 from spark_queue.spark.reading import ARROW_SCHEMA, leased_record_batch, to_record_batch
 from spark_queue.spark.source import PARTITION_MESSAGES, Offset, group_buckets
-from spark_queue.store.buckets import LeaseWrite, StoredMessage
+from spark_queue.store.message_values import LeaseWrite, StoredMessage
 
 
 def test_leased_rows_match_the_rows_built_from_deliveries() -> None:

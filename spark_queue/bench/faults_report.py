@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from spark_queue.bench.faults_bench import FaultsResult, LevelResult
+from spark_queue.bench.faults_results import FaultsResult, LevelResult
 from spark_queue.errors import InvalidSetting
 
 

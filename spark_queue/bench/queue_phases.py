@@ -17,17 +17,16 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spark_queue.bench.consistency import make_payload, parse_payload
+from spark_queue.bench.progress_sink import Progress
+from spark_queue.bench.queue_bench_params import QueueBenchParams
 from spark_queue.bench.receiver_processes import ReceiverSpec, run_receiver_processes
 from spark_queue.client import QueueClient
 from spark_queue.errors import BackendUnavailable, InvalidSetting
 from spark_queue.message import Delivery
 from spark_queue.queue import Queue
-
-if TYPE_CHECKING:
-    from spark_queue.bench.queue_bench import QueueBenchParams
 
 #: Backend errors tolerated per phase (each retried) before the run is abandoned.
 MAX_ERRORS = 20
@@ -35,8 +34,6 @@ MAX_ERRORS = 20
 EMPTY_PAUSE = 0.01
 #: Seconds between two progress reports.
 PROGRESS_INTERVAL = 0.5
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,18 +24,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from spark_queue.bench.faults_bench import (
-    FaultsParams,
-    check_faults,
-    fresh_workdir,
-    run_faults_bench,
-)
+from spark_queue.bench.faults_bench import fresh_workdir, run_faults_bench
+from spark_queue.bench.faults_params import FaultsParams, check_faults
 from spark_queue.bench.faults_pipeline import NodeFaults, run_pipeline_faults
 from spark_queue.bench.faults_report import HEADERS, level_row, write_report
 from spark_queue.cli.flags import echo_json, echo_progress, json_option
 from spark_queue.config import ConnectionSettings, hosts_from_env
 from spark_queue.errors import InvalidSetting
-from spark_queue.local.node import LocalCluster, default_home
+from spark_queue.local.node import LocalCluster
+from spark_queue.local.node_conf import default_home
 
 ADDRESS = "127.0.0.51"
 JMX_PORT = 7290

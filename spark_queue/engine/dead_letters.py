@@ -17,22 +17,36 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from spark_queue.config import QueueSettings
 from spark_queue.engine import counters
 from spark_queue.errors import SparkQueueError
 from spark_queue.message import new_lease
-from spark_queue.store.buckets import Buckets, Candidate, LeaseCheck
+from spark_queue.store.buckets import Buckets
+from spark_queue.store.message_values import Candidate, LeaseCheck
 
 if TYPE_CHECKING:
-    from spark_queue.queue import Queue
+    from spark_queue.engine.sending import Headers, Keys, Payload
 
 log = logging.getLogger(__name__)
 
 HEADER_SOURCE = "bdq-dead-letter-source"
 HEADER_DELIVERIES = "bdq-delivery-count"
 HEADER_ORIGINAL_ID = "bdq-original-id"
+
+
+class DeadLetterQueue(Protocol):
+    """What a dead-letter move needs of the queue it moves messages to (``Queue`` is one)."""
+
+    def send_batch(
+        self,
+        payloads: Sequence[Payload],
+        headers: Headers = None,
+        delay: float | Sequence[float] = 0.0,
+        *,
+        key: Keys = None,
+    ) -> list[int]: ...
 
 
 class DeadLetters:
@@ -51,7 +65,7 @@ class DeadLetters:
         buckets: Buckets,
         name: str,
         settings: Callable[[], QueueSettings],
-        open_queue: Callable[[str], Queue],
+        open_queue: Callable[[str], DeadLetterQueue],
     ) -> None:
         self._buckets = buckets
         self._name = name

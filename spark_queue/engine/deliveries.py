@@ -11,7 +11,7 @@ import uuid
 from datetime import UTC, datetime
 
 from spark_queue.message import Delivery, Receipt, new_lease
-from spark_queue.store.buckets import Candidate, LeaseWrite, StoredMessage
+from spark_queue.store.message_values import Candidate, LeaseWrite, StoredMessage
 
 #: A message with the lease a receive wrote on it (its delivery, before any receipt).
 Leased = tuple[StoredMessage, LeaseWrite]

@@ -55,8 +55,9 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from spark_queue.defaults import LANE_LOOK_PAUSE, LANE_LOOK_PAUSE_MAX, LANE_PERIOD, LANE_TRIES
-from spark_queue.engine.ownership import Key, Ownership, check_period, new_owner
+from spark_queue.engine.ownership import Ownership, check_period, new_owner
 from spark_queue.errors import InvalidMessage
+from spark_queue.store.owners import Key
 from spark_queue.store.session import Store
 
 #: The ``bucket`` column of every lane row: one partition per queue.

@@ -40,7 +40,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spark_queue.store.buckets import LeaseCheck
+from spark_queue.store.message_values import LeaseCheck
 
 #: Most leases one handle remembers; past it the oldest are forgotten (their acks go conditional).
 MAX_OWN = 100_000

@@ -21,7 +21,8 @@ from spark_queue.engine.claims import Claims, pick_oldest
 from spark_queue.engine.deliveries import Leased, delivery_of, fresh_lease
 from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.message import Delivery, new_lease
-from spark_queue.store.buckets import Buckets, LeaseWrite, StoredMessage, now_ms
+from spark_queue.store.buckets import Buckets
+from spark_queue.store.message_values import LeaseWrite, StoredMessage, now_ms
 
 #: Fewest buckets ``visible_buckets`` probes at once.
 PROBE_WINDOW = 8

@@ -10,9 +10,10 @@ only one receiving from it until its ownership ends.
 The table ``ownership`` holds one row per owned key, keyed by
 ``(queue_id, bucket)`` with ``slice`` as clustering column, so every slice of
 a bucket sits in one partition and the changes of one call go in one
-conditional batch per bucket. A row carries its owner and lives for the
-period by TTL: an owner that stops renewing (crash, SIGKILL, lost network)
-loses the key when the row expires, with nothing to clean up.
+conditional batch per bucket (its statements: ``store/owners.py``). A row
+carries its owner and lives for the period by TTL: an owner that stops
+renewing (crash, SIGKILL, lost network) loses the key when the row expires,
+with nothing to clean up.
 
 Cost: one lightweight transaction per bucket per call (``take``, ``renew``,
 ``release``), whatever the number of slices, when no other owner interferes;
@@ -38,28 +39,12 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from spark_queue.errors import InvalidSetting
-from spark_queue.store.session import Params, Store
-
-#: ``(bucket, slice)``: one unit of ownership.
-Key = tuple[int, int]
-
-# ``{table}`` is the table's name, filled in per Ownership (``{{ks}}`` stays for the store).
-TAKE = (
-    "INSERT INTO {{ks}}.{table} (queue_id, bucket, slice, owner) VALUES (?, ?, ?, ?)"
-    " IF NOT EXISTS USING TTL ?"
-)
-RENEW = (
-    "UPDATE {{ks}}.{table} USING TTL ? SET owner = ? WHERE queue_id = ? AND bucket = ?"
-    " AND slice = ? IF owner = ?"
-)
-RELEASE = "DELETE FROM {{ks}}.{table} WHERE queue_id = ? AND bucket = ? AND slice = ? IF owner = ?"
-OWNERS = "SELECT slice, owner FROM {{ks}}.{table} WHERE queue_id = ? AND bucket = ?"
+from spark_queue.store.owners import Key, OwnerTable
+from spark_queue.store.session import Store
 
 #: Shortest period accepted: below it the TTL's whole seconds dominate.
 MIN_PERIOD = 1.0
@@ -164,11 +149,8 @@ class Ownership:
     """
 
     def __init__(self, store: Store, queue_id: uuid.UUID, table: str = "ownership") -> None:
-        self._store = store
         self.queue_id = queue_id
-        self._take, self._renew_cql, self._release, self._owners = (
-            cql.format(table=table) for cql in (TAKE, RENEW, RELEASE, OWNERS)
-        )
+        self._table = OwnerTable(store, queue_id, table)
 
     def take(self, owner: str, keys: Iterable[Key], period_s: float) -> Grant:
         """Take the keys no live consumer owns; renew those ``owner`` holds already.
@@ -187,13 +169,11 @@ class Ownership:
         owner, wanted, period = check_owner(owner), check_keys(keys), check_period(period_s)
         started = time.monotonic()
         ttl = ttl_of(period)
-        won = self._apply(
-            self._take, {k: (self.queue_id, k[0], k[1], owner, ttl) for k in wanted}, what="taking"
-        )
+        won = self._table.insert_free(owner, wanted, ttl)
         # A key this owner holds already is not free, yet it is ours: renew it.
         taken_by_others = [k for k in wanted if k not in won]
         mine = [k for k, o in self.owners(taken_by_others).items() if o == owner]
-        renewed = self._renew(owner, mine, ttl) if mine else set()
+        renewed = self._table.extend(owner, mine, ttl) if mine else set()
         return Grant([k for k in wanted if k in won or k in renewed], started + period)
 
     def renew(self, owner: str, keys: Iterable[Key], period_s: float) -> Grant:
@@ -204,88 +184,21 @@ class Ownership:
         """
         owner, wanted, period = check_owner(owner), check_keys(keys), check_period(period_s)
         started = time.monotonic()
-        kept = self._renew(owner, wanted, ttl_of(period))
+        kept = self._table.extend(owner, wanted, ttl_of(period))
         return Grant([k for k in wanted if k in kept], started + period)
 
     def release(self, owner: str, keys: Iterable[Key]) -> list[Key]:
         """Give keys up so that others may take them at once; return those released."""
         owner, wanted = check_owner(owner), check_keys(keys)
-        done = self._apply(
-            self._release, {k: (self.queue_id, k[0], k[1], owner) for k in wanted}, what="releasing"
-        )
+        done = self._table.delete_own(owner, wanted)
         return [k for k in wanted if k in done]
 
     def owners(self, keys: Iterable[Key]) -> dict[Key, str]:
         """The live owner of each key that has one (a plain read, one query per bucket)."""
-        wanted = check_keys(keys)
-        by_bucket: dict[int, set[int]] = defaultdict(set)
-        for bucket, piece in wanted:
-            by_bucket[bucket].add(piece)
-        buckets = sorted(by_bucket)
-        results = self._store.execute_many(
-            [(self._owners, (self.queue_id, b)) for b in buckets], what="reading ownership"
-        )
-        found: dict[Key, str] = {}
-        for bucket, result in zip(buckets, results, strict=True):
-            for piece, who in result:
-                if piece in by_bucket[bucket] and who:
-                    found[(bucket, piece)] = who
-        return found
+        wanted = set(check_keys(keys))
+        live = self._table.live_owners(bucket for bucket, _ in wanted)
+        return {key: who for key, who in live.items() if key in wanted}
 
     def owned_in(self, buckets: Iterable[int]) -> dict[Key, str]:
         """Every live owner of a slice of ``buckets`` (one query per bucket)."""
-        wanted = sorted(set(buckets))
-        results = self._store.execute_many(
-            [(self._owners, (self.queue_id, b)) for b in wanted], what="reading ownership"
-        )
-        return {
-            (bucket, piece): who
-            for bucket, result in zip(wanted, results, strict=True)
-            for piece, who in result
-            if who
-        }
-
-    def _renew(self, owner: str, keys: Sequence[Key], ttl: int) -> set[Key]:
-        return self._apply(
-            self._renew_cql,
-            {k: (ttl, owner, self.queue_id, k[0], k[1], owner) for k in keys},
-            what="renewing",
-        )
-
-    def _apply(self, cql: str, params: Mapping[Key, Params], *, what: str) -> set[Key]:
-        """Run a conditional statement per key, batched per bucket; return the keys applied.
-
-        A batch applies only when every condition in it holds; a bucket whose
-        batch did not apply is tried again key by key, so that one key held by
-        someone else does not cost the others.
-        """
-        by_bucket: dict[int, dict[Key, Params]] = defaultdict(dict)
-        for key, row in params.items():
-            by_bucket[key[0]][key] = row
-        applied: set[Key] = set()
-        retry: list[Key] = []
-        buckets = sorted(by_bucket)
-        results = self._run([list(by_bucket[b].values()) for b in buckets], cql, what)
-        for bucket, result in zip(buckets, results, strict=True):
-            if _applied(result):
-                applied.update(by_bucket[bucket])
-            elif len(by_bucket[bucket]) > 1:
-                retry.extend(by_bucket[bucket])
-        if retry:
-            singles = self._run([[params[k]] for k in retry], cql, what)
-            applied.update(k for k, result in zip(retry, singles, strict=True) if _applied(result))
-        return applied
-
-    def _run(self, groups: list[list[Params]], cql: str, what: str) -> list[Any]:
-        statements: list[tuple[Any, Params]] = [
-            (self._store.prepare(cql), rows[0])
-            if len(rows) == 1
-            else (self._store.batch(cql, rows), ())
-            for rows in groups
-        ]
-        return self._store.execute_many(statements, what=f"{what} ownership of buckets")
-
-
-def _applied(result: Any) -> bool:
-    row = result.one()
-    return bool(row and row[0])
+        return self._table.live_owners(buckets)

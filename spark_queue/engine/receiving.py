@@ -68,8 +68,9 @@ from spark_queue.engine.lease_memory import OwnLeases
 from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.engine.named_receive import BucketReceiver
 from spark_queue.message import Delivery, new_lease
-from spark_queue.store.buckets import Buckets, Candidate, StoredMessage, now_ms
+from spark_queue.store.buckets import Buckets
 from spark_queue.store.lane_scans import busy_lanes, lane_visible_at, scan_lane
+from spark_queue.store.message_values import Candidate, StoredMessage, now_ms
 
 #: Free lanes one receive may take while its own lanes come up short.
 LANE_TAKES = 4

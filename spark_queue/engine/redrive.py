@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from spark_queue.config import check_int, check_queue_name, check_seconds
 from spark_queue.engine import counters
@@ -30,8 +31,8 @@ from spark_queue.engine.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_I
 from spark_queue.errors import InvalidSetting, QueueNotFound
 
 if TYPE_CHECKING:
+    from spark_queue.engine.sending import Headers, Keys, Payload
     from spark_queue.message import Delivery
-    from spark_queue.queue import Queue
 
 HEADER_REDRIVES = "bdq-redrive-count"
 #: Headers that say why a message is a dead letter; a redrive removes them.
@@ -40,6 +41,45 @@ DEAD_LETTER_HEADERS = frozenset((HEADER_SOURCE, HEADER_DELIVERIES, HEADER_ORIGIN
 REDRIVE_BATCH = 100
 #: Idempotent sends in flight at once.
 SEND_THREADS = 8
+
+
+class DeadLetterSource(Protocol):
+    """What a redrive needs of the dead-letter queue it empties (``Queue`` is one)."""
+
+    @property
+    def queue_id(self) -> uuid.UUID: ...
+
+    def receive(
+        self,
+        max_messages: int = 10,
+        visibility_timeout: float | None = None,
+        order_hint: int | None = None,
+        wait: float = 0.0,
+        *,
+        buckets: Sequence[int] | None = None,
+    ) -> list[Delivery]: ...
+
+    def ack_batch(self, receipts: Sequence[str], *, strict: bool = True) -> list[str]: ...
+
+
+class RedriveTarget(Protocol):
+    """What a redrive needs of a queue it sends dead letters back to (``Queue`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def send_batch_once(
+        self,
+        writer: str,
+        step: int,
+        part: int,
+        payloads: Sequence[Payload],
+        headers: Headers = None,
+        delay: float | Sequence[float] = 0.0,
+        *,
+        chunk: int = 0,
+        key: Keys = None,
+    ) -> list[int]: ...
 
 
 @dataclass
@@ -70,8 +110,8 @@ def redriven_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def redrive(
-    dead_letters: Queue,
-    open_queue: Callable[[str], Queue],
+    dead_letters: DeadLetterSource,
+    open_queue: Callable[[str], RedriveTarget],
     *,
     to: str | None = None,
     max_messages: int | None = None,
@@ -99,7 +139,7 @@ def redrive(
     lease = check_seconds("visibility_timeout", visibility_timeout)
     result = RedriveResult()
     writer = f"redrive:{dead_letters.queue_id}"
-    targets: dict[str, Queue | None] = {}
+    targets: dict[str, RedriveTarget | None] = {}
     left_ids: set[int] = set()  # left behind by this run: not counted twice if seen again
     began = time.monotonic()
     with ThreadPoolExecutor(SEND_THREADS, thread_name_prefix="bdq-redrive") as pool:
@@ -111,7 +151,7 @@ def redrive(
             fresh = [d for d in deliveries if d.id not in left_ids]
             if not fresh:
                 break  # nothing visible, or only what this run already left behind
-            movable: list[tuple[Delivery, Queue]] = []
+            movable: list[tuple[Delivery, RedriveTarget]] = []
             for d in fresh:
                 name = to or d.headers.get(HEADER_SOURCE)
                 target = _target(name, targets, open_queue)
@@ -147,8 +187,10 @@ def redrive(
 
 
 def _target(
-    name: str | None, targets: dict[str, Queue | None], open_queue: Callable[[str], Queue]
-) -> Queue | None:
+    name: str | None,
+    targets: dict[str, RedriveTarget | None],
+    open_queue: Callable[[str], RedriveTarget],
+) -> RedriveTarget | None:
     if name is None:
         return None
     if name not in targets:
@@ -159,7 +201,7 @@ def _target(
     return targets[name]
 
 
-def _note_redriven(moved: Sequence[tuple[Delivery, Queue]]) -> None:
+def _note_redriven(moved: Sequence[tuple[Delivery, RedriveTarget]]) -> None:
     """Count the moves into the process's metrics, per target queue."""
     for name, count in Counter(target.name for _, target in moved).items():
         counters.REDRIVEN.labels(queue=name).inc(count)

@@ -36,8 +36,9 @@ from spark_queue.engine import counters
 from spark_queue.engine.bounds import Bounds
 from spark_queue.engine.lanes import StickyLane, check_key, lane_of
 from spark_queue.errors import InvalidMessage, MessageTooLarge, SparkQueueError
-from spark_queue.store.buckets import Buckets, LeaseWrite, NewMessage, now_ms
+from spark_queue.store.buckets import Buckets
 from spark_queue.store.ids import IdBlocks
+from spark_queue.store.message_values import LeaseWrite, NewMessage, now_ms
 from spark_queue.store.send_log import SendLog, SendState
 from spark_queue.store.session import Store
 

@@ -13,7 +13,8 @@ Every ``Queue`` handle re-reads its settings when they are older than
 ``SETTINGS_REFRESH`` seconds after ``update_queue`` returned uses the new
 settings, in every process. ``bucket_size``, ``seal_delay`` and ``lanes`` are
 fixed: the ids, buckets, lanes and the repair of late writes of existing
-messages depend on them.
+messages depend on them. The reads and the conditional write of a queue's
+settings row are ``store/catalog.py``'s.
 A new ``message_ttl`` applies to messages sent after the change; messages
 already in the queue keep the expiry they were sent with.
 """
@@ -22,41 +23,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 from spark_queue.config import QueueSettings, check_queue_name
 from spark_queue.errors import InvalidSetting, QueueNotFound, SparkQueueError
+from spark_queue.store.catalog import CHANGEABLE, FIXED, read_settings, write_changes
 from spark_queue.store.session import Store
 
-#: Settings ``update_queue`` may change.
-CHANGEABLE = (
-    "visibility_timeout",
-    "order_hint",
-    "message_ttl",
-    "max_deliveries",
-    "dead_letter_queue",
-    "max_message_bytes",
-)
-#: Settings fixed at creation.
-FIXED = ("bucket_size", "seal_delay", "lanes")
 #: Conditional writes tried before giving up on a queue whose settings keep changing.
 UPDATE_ROUNDS = 20
-
-_ALL = (*FIXED, *CHANGEABLE)
-READ = f"SELECT queue_id, {', '.join(_ALL)} FROM {{ks}}.queues WHERE name = ?"
-UPDATE = (
-    f"UPDATE {{ks}}.queues SET {', '.join(f'{c} = ?' for c in CHANGEABLE)} WHERE name = ?"
-    f" IF queue_id = ? AND {' AND '.join(f'{c} = ?' for c in CHANGEABLE)}"
-)
-
-
-def read_settings(store: Store, name: str) -> tuple[uuid.UUID, QueueSettings] | None:
-    """The incarnation and settings of queue ``name``, or None if there is none."""
-    row = store.execute(READ, (name,), what=f"reading the settings of queue {name!r}").one()
-    if row is None or row[0] is None:
-        return None
-    return row[0], QueueSettings(**dict(zip(_ALL, row[1:], strict=True)))
 
 
 def check_changes(changes: Mapping[str, Any]) -> None:
@@ -113,18 +89,7 @@ def update_settings(
                     f"dead_letter_queue {dead_letters!r}: must be another queue than {name!r}"
                 )
             queue_exists(dead_letters)
-        new, old = asdict(updated), asdict(current)
-        row = store.execute(
-            UPDATE,
-            (
-                *(new[c] for c in CHANGEABLE),
-                name,
-                queue_id,
-                *(old[c] for c in CHANGEABLE),
-            ),
-            what=what,
-        ).one()
-        if row[0]:
+        if write_changes(store, name, queue_id, updated, current):
             return queue_id, updated
         # Someone else changed the settings (or re-created the queue) meanwhile: read again.
     raise SparkQueueError(

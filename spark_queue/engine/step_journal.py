@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 from spark_queue.engine.deliveries import Leased, delivery_of
 from spark_queue.errors import DataLoss
 from spark_queue.message import Delivery, Receipt
-from spark_queue.store.buckets import Buckets, LeaseCheck, LeaseWrite, now_ms
+from spark_queue.store.buckets import Buckets
 from spark_queue.store.journal import Journal, JournalEntry
+from spark_queue.store.message_values import LeaseCheck, LeaseWrite, now_ms
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)

@@ -2,10 +2,10 @@
 
 A step is one micro-batch of one consumer (a Spark query). Each of its parts
 (a Spark partition) receives once and records what it leased in the step
-journal (``steps.py``); any later attempt of the same part, a retried task or a
+journal (``step_journal.py``); any later attempt of the same part, a retried task or a
 restarted query, replays exactly those messages instead of receiving new ones.
 Named buckets (a partition's share, ``receive(..., buckets=...)``) are leased
-under the part's own token (``steps.step_lease``), so a retry can take back
+under the part's own token (``step_journal.step_lease``), so a retry can take back
 what an attempt that died leased. Renewals keep a slow step's leases alive;
 the ack of a step acks all it received, then forgets the step.
 
@@ -14,9 +14,11 @@ the ack of a step acks all it received, then forgets the step.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from spark_queue.config import QueueSettings
 from spark_queue.engine.counters import QueueCounters
 from spark_queue.engine.deliveries import Leased
 from spark_queue.engine.receiving import Receiver
@@ -24,8 +26,29 @@ from spark_queue.engine.step_journal import Steps, step_lease
 from spark_queue.errors import InvalidSetting
 from spark_queue.message import Delivery
 
-if TYPE_CHECKING:
-    from spark_queue.queue import Queue
+
+class ReceivingQueue(Protocol):
+    """What the steps need of their queue handle (``Queue`` is one)."""
+
+    @property
+    def queue_id(self) -> uuid.UUID: ...
+
+    @property
+    def settings(self) -> QueueSettings: ...
+
+    def receive(
+        self,
+        max_messages: int = 10,
+        visibility_timeout: float | None = None,
+        order_hint: int | None = None,
+        wait: float = 0.0,
+        *,
+        buckets: Sequence[int] | None = None,
+    ) -> list[Delivery]: ...
+
+    def receive_args(
+        self, max_messages: int, visibility_timeout: float | None, order_hint: int | None
+    ) -> tuple[int, int, int]: ...
 
 
 class QueueSteps:
@@ -39,7 +62,7 @@ class QueueSteps:
     """
 
     def __init__(
-        self, queue: Queue, steps: Steps, receiver: Receiver, counts: QueueCounters
+        self, queue: ReceivingQueue, steps: Steps, receiver: Receiver, counts: QueueCounters
     ) -> None:
         self._queue = queue
         self._steps = steps
@@ -65,7 +88,7 @@ class QueueSteps:
         does and records the deliveries in the journal before returning them.
         Any later call returns the same deliveries (same messages, same
         receipts) instead of receiving new ones. Named ``buckets`` are leased
-        under the step part's own token (``steps.step_lease``).
+        under the step part's own token (``step_journal.step_lease``).
 
         Args:
             reclaim: A retry of a part that may have died between its lease

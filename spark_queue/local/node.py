@@ -9,7 +9,9 @@ storage directory. Each node keeps its configuration, data and logs in
 ``<home>/node<i>/``; node ``i`` listens on the ``i``-th loopback address
 (127.0.0.1, 127.0.0.2, ...) with the same ports, the first node is the seed.
 
-Nothing here is used when ``BDQ_CASSANDRA_HOSTS`` points at a cluster.
+This module runs the nodes' life cycle (start, stop, status); their folders,
+``cassandra.yaml`` and JVM flags come from ``node_conf``. Nothing here is used
+when ``BDQ_CASSANDRA_HOSTS`` points at a cluster.
 """
 
 from __future__ import annotations
@@ -25,14 +27,20 @@ import shutil
 import signal
 import socket
 import ssl
-import string
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from spark_queue.errors import LocalNodeError
+from spark_queue.local.node_conf import (
+    NodeSpec,
+    default_conf_dir,
+    default_home,
+    jvm_command,
+    write_config,
+)
 from spark_queue.local.processes import (
     CHILDREN,
     find_java,
@@ -50,96 +58,6 @@ DEFAULT_HEAP = "1G"
 START_TIMEOUT = 240.0
 STOP_TIMEOUT = 90.0
 LOG_TAIL_LINES = 40
-
-
-# From Cassandra's conf/jvm17-server.options (JPMS, netty) and its G1 settings.
-JVM17_FLAGS = (
-    "-XX:+UseG1GC",
-    "-XX:+ParallelRefProcEnabled",
-    "-XX:MaxTenuringThreshold=1",
-    "-XX:G1HeapRegionSize=16m",
-    "-XX:MaxGCPauseMillis=300",
-    "-Djdk.attach.allowAttachSelf=true",
-    "--add-exports=java.base/jdk.internal.misc=ALL-UNNAMED",
-    "--add-exports=java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED",
-    "--add-exports=java.rmi/sun.rmi.registry=ALL-UNNAMED",
-    "--add-exports=java.rmi/sun.rmi.server=ALL-UNNAMED",
-    "--add-exports=java.sql/java.sql=ALL-UNNAMED",
-    "--add-exports=java.base/java.lang.ref=ALL-UNNAMED",
-    "--add-exports=jdk.unsupported/sun.misc=ALL-UNNAMED",
-    "--add-exports=jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
-    "--add-exports=jdk.attach/sun.tools.attach=ALL-UNNAMED",
-    "--add-opens=java.base/java.lang.module=ALL-UNNAMED",
-    "--add-opens=java.base/jdk.internal.loader=ALL-UNNAMED",
-    "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
-    "--add-opens=java.base/jdk.internal.reflect=ALL-UNNAMED",
-    "--add-opens=java.base/jdk.internal.math=ALL-UNNAMED",
-    "--add-opens=java.base/jdk.internal.module=ALL-UNNAMED",
-    "--add-opens=java.base/jdk.internal.util.jar=ALL-UNNAMED",
-    "--add-opens=jdk.management/com.sun.management.internal=ALL-UNNAMED",
-    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
-    "--add-opens=java.base/java.io=ALL-UNNAMED",
-    "--add-opens=java.base/java.lang.reflect=ALL-UNNAMED",
-    "--add-opens=jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
-    "--add-opens=java.base/java.lang=ALL-UNNAMED",
-    "--add-opens=java.base/java.util=ALL-UNNAMED",
-    "-Dio.netty.tryReflectionSetAccessible=true",
-    "-Dio.netty.allocator.useCacheForAllThreads=true",
-    "-Dio.netty.allocator.maxOrder=11",
-)
-
-
-def _project_root() -> Path | None:
-    """The source checkout this package runs from, if it runs from one."""
-    root = Path(__file__).resolve().parents[2]
-    return root if (root / "conf" / "cassandra").is_dir() else None
-
-
-def default_home() -> Path:
-    """Where local nodes live: ``$BDQ_HOME``, else ``.bdq/`` in the checkout, else ``~/.bdq``."""
-    if os.environ.get("BDQ_HOME"):
-        return Path(os.environ["BDQ_HOME"]).expanduser()
-    root = _project_root()
-    return root / ".bdq" if root else Path.home() / ".bdq"
-
-
-def default_conf_dir() -> Path:
-    """Where the node templates live: ``$BDQ_CONF_DIR/cassandra``, else ``conf/cassandra``."""
-    if os.environ.get("BDQ_CONF_DIR"):
-        return Path(os.environ["BDQ_CONF_DIR"]).expanduser() / "cassandra"
-    root = _project_root()
-    if root is None:
-        raise LocalNodeError(
-            "the local node templates were not found: set BDQ_CONF_DIR to a spark-queue"
-            " checkout's conf/ folder, or point BDQ_CASSANDRA_HOSTS at your own cluster"
-        )
-    return root / "conf" / "cassandra"
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """Where one local node listens and keeps its files."""
-
-    index: int
-    address: str
-    native_port: int
-    storage_port: int
-    jmx_port: int
-    folder: Path
-    #: None for plain text, else "optional" or "required" (client TLS).
-    tls: str | None = None
-
-    @property
-    def pid_file(self) -> Path:
-        return self.folder / "cassandra.pid"
-
-    @property
-    def log_file(self) -> Path:
-        return self.folder / "logs" / "system.log"
-
-    @property
-    def console_file(self) -> Path:
-        return self.folder / "logs" / "console.log"
 
 
 @dataclass(frozen=True)
@@ -375,54 +293,19 @@ class LocalCluster:
     def _write_config(
         self, spec: NodeSpec, *, auto_bootstrap: bool, settings: Mapping[str, str]
     ) -> None:
-        conf = spec.folder / "conf"
-        conf.mkdir(parents=True, exist_ok=True)
-        (spec.folder / "logs").mkdir(exist_ok=True)
-        (spec.folder / "data").mkdir(exist_ok=True)
-        template = string.Template((self.conf_dir / "cassandra.yaml").read_text())
-        seed = self.node(1)
-        text = template.substitute(
-            cluster_name="bdq-local",
-            address=spec.address,
-            seeds=f"{seed.address}:{seed.storage_port}",
-            native_port=spec.native_port,
-            storage_port=spec.storage_port,
-            auto_bootstrap="true" if auto_bootstrap else "false",
+        spec.make_folders()
+        write_config(
+            spec,
+            self.conf_dir,
+            seed=self.node(1),
+            auto_bootstrap=auto_bootstrap,
+            settings=settings,
         )
-        (conf / "cassandra.yaml").write_text(_override_yaml(text, settings))
-        shutil.copyfile(self.conf_dir / "logback.xml", conf / "logback.xml")
-        meta = {k: v for k, v in asdict(spec).items() if k != "folder"}
-        (spec.folder / "node.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     def _launch(
         self, spec: NodeSpec, java: str, classpath: Sequence[Path], agent: Path | None
     ) -> int:
-        conf = spec.folder / "conf"
-        command = [
-            java,
-            f"-Xms{self.heap}",
-            f"-Xmx{self.heap}",
-            "-Xss256k",
-            "-XX:+HeapDumpOnOutOfMemoryError",
-            "-XX:+ExitOnOutOfMemoryError",  # a node past OOM may corrupt data: let it die
-            f"-XX:HeapDumpPath={spec.folder / 'logs'}",
-            "-Djava.net.preferIPv4Stack=true",
-            *JVM17_FLAGS,
-            *([f"-javaagent:{agent}"] if agent else []),
-            f"-Dcassandra.config={(conf / 'cassandra.yaml').as_uri()}",
-            f"-Dlogback.configurationFile={conf / 'logback.xml'}",
-            f"-Dcassandra.logdir={spec.folder / 'logs'}",
-            f"-Dcassandra.storagedir={spec.folder / 'data'}",
-            f"-Dcassandra.jmx.local.port={spec.jmx_port}",
-            "-Dcassandra-foreground=yes",
-            # A fresh development cluster has nothing to wait for: skip the
-            # 30 s ring delay and gossip settling that protect production joins.
-            "-Dcassandra.ring_delay_ms=2000",
-            "-Dcassandra.skip_wait_for_gossip_to_settle=0",
-            "-cp",
-            os.pathsep.join([str(conf), *map(str, classpath)]),
-            "org.apache.cassandra.service.CassandraDaemon",
-        ]
+        command = jvm_command(spec, java, self.heap, classpath, agent)
         with open(spec.console_file, "ab") as console:
             process = subprocess.Popen(
                 command,
@@ -485,18 +368,6 @@ class LocalCluster:
 
 
 # -- helpers -----------------------------------------------------------------
-
-
-def _override_yaml(text: str, settings: Mapping[str, str]) -> str:
-    """Replace (or append) top-level ``key: value`` lines."""
-    for key, value in settings.items():
-        if not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
-            raise LocalNodeError(f"setting {key!r}: must be a top-level cassandra.yaml key")
-        line = f"{key}: {value}"
-        text, count = re.subn(rf"(?m)^{key}:.*$", line, text)
-        if count == 0:
-            text += f"\n{line}\n"
-    return text
 
 
 def _check_ports_free(spec: NodeSpec) -> None:

@@ -22,7 +22,8 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes
 
 from spark_queue.queue import Queue
 from spark_queue.spark.planning import Part
-from spark_queue.store.buckets import now_ms, visible_sizes
+from spark_queue.store.buckets import visible_sizes
+from spark_queue.store.message_values import now_ms
 
 #: Payload sizes of the visible messages a part would lease, oldest first (at most its share).
 Sizes = Callable[[Part], Sequence[int]]

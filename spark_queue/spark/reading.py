@@ -1,36 +1,28 @@
-"""The source's executor side: a partition's receive, its rows as Arrow, shared handles.
+"""The source's executor side: a partition's receive and its rows as Arrow.
 
 A task of the streaming source receives its partition's share of a step
 (``Queue.steps.receive_leased``: leases and the journal, see ``steps.py``) and
 returns the messages as one Arrow batch built a column at a time; a batch read
-(``spark.read``) peeks instead. Each Python worker process keeps one client per
-connection settings and reuses its queue handles for ``QUEUE_REFRESH`` seconds,
-so a task costs no connection set-up and no read of the queue's row.
+(``spark.read``) peeks instead. Queues are opened through the worker's shared
+handles (``spark.worker_handles``), so a task costs no connection set-up and no
+read of the queue's row.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
-from pyspark.sql.datasource import InputPartition
 
-from spark_queue.client import QueueClient
-from spark_queue.config import ConnectionSettings
 from spark_queue.defaults import MAX_BATCH
 from spark_queue.engine.deliveries import Leased
 from spark_queue.message import Message
 from spark_queue.queue import Queue
 from spark_queue.spark import slicing
-from spark_queue.spark.options import SourceOptions
-from spark_queue.store.session import Store
+from spark_queue.spark.partitions import BucketPartition
+from spark_queue.spark.worker_handles import open_queue
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -43,69 +35,6 @@ ARROW_SCHEMA = pa.schema(
         ("delivery_count", pa.int32()),
     ]
 )
-
-#: Seconds a process reuses a queue handle before it reads the queue's row again.
-QUEUE_REFRESH = 2.0
-
-
-@dataclass(frozen=True)
-class BucketPartition(InputPartition):
-    """What one task needs to read its share: everything travels in here (no driver state)."""
-
-    options: SourceOptions
-    buckets: tuple[int, ...]
-    max_messages: int
-    stream: str = ""
-    step: int = 0
-    part: int = 0
-    peek: bool = False
-    #: ``queue_id`` (hex) of the queue incarnation the step was planned from ("" unknown).
-    incarnation: str = ""
-    #: The id slice ``(first, end)`` of the bucket this part reads; None for all of it.
-    ids: tuple[int, int] | None = None
-    #: The step was planned by an earlier run of the query (a replay after a restart).
-    replay: bool = False
-    value: Any = field(default=None, repr=False)  # InputPartition's own attribute
-
-
-_clients: dict[tuple[int, ConnectionSettings], QueueClient] = {}
-_clients_lock = threading.Lock()
-
-
-def shared_client(settings: ConnectionSettings) -> QueueClient:
-    """One client per Python worker process and settings, made after the fork."""
-    key = (os.getpid(), settings)
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = _clients[key] = QueueClient(store=Store.shared(settings))
-        return client
-
-
-_handles: dict[tuple[int, ConnectionSettings, str], tuple[Queue, float]] = {}
-
-
-def open_queue(settings: ConnectionSettings, name: str) -> Queue:
-    """The process's handle on queue ``name``, looked up again after ``QUEUE_REFRESH`` s.
-
-    Every task and every planning step opens its queues: reading the queue's
-    row each time cost a round trip per task. A queue deleted and re-created
-    is seen within ``QUEUE_REFRESH`` seconds (a handle re-reads its settings
-    as often, see ``Queue.settings``).
-
-    Raises:
-        QueueNotFound: No queue of that name (checked at each look-up).
-    """
-    key = (os.getpid(), settings, name)
-    now = time.monotonic()
-    with _clients_lock:
-        found = _handles.get(key)
-    if found is not None and now < found[1]:
-        return found[0]
-    queue = shared_client(settings).queue(name)
-    with _clients_lock:
-        _handles[key] = (queue, now + QUEUE_REFRESH)
-    return queue
 
 
 def read_partition(partition: BucketPartition) -> Iterator[pa.RecordBatch]:

@@ -50,7 +50,7 @@ from pyspark.sql.types import (
 from spark_queue.errors import InvalidSetting
 from spark_queue.queue import Queue
 from spark_queue.spark.options import SinkOptions
-from spark_queue.spark.reading import open_queue
+from spark_queue.spark.worker_handles import open_queue
 
 log = logging.getLogger(__name__)
 

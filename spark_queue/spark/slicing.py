@@ -27,10 +27,10 @@ from spark_queue.message import Delivery
 from spark_queue.queue import Queue
 from spark_queue.spark.offsets import Slice
 from spark_queue.spark.planning import Part
-from spark_queue.store.buckets import now_ms
+from spark_queue.store.message_values import now_ms
 
 if TYPE_CHECKING:
-    from spark_queue.spark.reading import BucketPartition
+    from spark_queue.spark.partitions import BucketPartition
 
 #: Visible ids of a part, oldest first, at most its share.
 VisibleIds = Callable[[Part], Sequence[int]]

@@ -23,7 +23,6 @@ How a micro-batch maps onto the queue:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import math
@@ -35,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -55,22 +54,15 @@ from pyspark.sql.types import (
 
 from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import QueueNotFound, SparkQueueError
-from spark_queue.queue import Queue
-from spark_queue.spark import admission, planning, slicing, stopping
-from spark_queue.spark.commit_acks import StepAcks
+from spark_queue.spark import admission, planning, slicing
 from spark_queue.spark.incarnations import Incarnations, check_part
 from spark_queue.spark.offsets import Offset, incarnations_of
 from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOptions
-from spark_queue.spark.reading import (
-    BucketPartition,
-    open_queue,
-    read_partition,
-    read_slice,
-    shared_client,
-)
-from spark_queue.spark.renewal import LeaseRenewal, renewal_period
-from spark_queue.spark.sharing import BucketSharing, ownership_period
-from spark_queue.store.buckets import now_ms
+from spark_queue.spark.partitions import BucketPartition
+from spark_queue.spark.reading import read_partition, read_slice
+from spark_queue.spark.step_tracking import StepTrackingReader
+from spark_queue.spark.worker_handles import shared_client
+from spark_queue.store.message_values import now_ms
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
@@ -142,43 +134,28 @@ def shares(limit: int, buckets: int, bucket_size: int) -> list[int]:
 # -- driver side ----------------------------------------------------------------------
 
 
-class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches of leased messages; see the module docstring."""
+class BdqStreamReader(StepTrackingReader, SupportsTriggerAvailableNow):
+    """Micro-batches of leased messages; see the module docstring.
+
+    Planning and reading are here; what happens to a step once planned (lease
+    renewal, the ack on commit, the stop) is ``StepTrackingReader``'s.
+    """
 
     def __init__(self, options: SourceOptions) -> None:
-        self.options = options
+        super().__init__(options)
         self._idle_answer: tuple[str, float] | None = None
         self._available_now_tails: dict[str, int] | None = None
-        self._acked_step: int | None = None
         self._report: dict[str, Any] | None = None
         self._report_started = -REPORT_INTERVAL
         # True while a count runs, so there is never a second one. Only Spark's
         # planning thread sets it and only the count clears it, so a plain flag
         # suffices (and the reader stays picklable, which Spark needs).
         self._counting = False
-        self._renewal: LeaseRenewal | None = None
-        self._acks = StepAcks()
-        self._stream = ""
-        #: Queues each planned, not yet acked step leased from.
-        self._step_queues: dict[int, frozenset[str]] = {}
         self._matched: tuple[tuple[str, ...], float] | None = None
         self._last_batch = time.monotonic()
-        self._sharing = BucketSharing("bdq")
         self._incarnations = Incarnations(options.fail_on_data_loss)
         #: The last step latestOffset planned (any other one partitions sees is a replay).
         self._planned_step: int | None = None
-        #: Acks of this query that found the lease lost (each a duplicate downstream).
-        self.stale_acks = 0
-        self._stopped = False
-
-    def __getstate__(self) -> dict[str, Any]:
-        # A thread does not pickle; a copy of the reader starts its own renewal.
-        state = dict(self.__dict__)
-        state["_renewal"] = None
-        return state
-
-    def _queue(self, name: str | None = None) -> Queue:
-        return open_queue(self.options.connection, name or self.options.queue)
 
     def queue_names(self) -> tuple[str, ...]:
         """The queues this source reads now: the ``queue`` list, or the pattern's matches.
@@ -309,11 +286,6 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             found = [[f for f in fs if (f[0], f[1]) not in refused] for fs in found]
         return [p for p in plan if (p.queue, p.bucket) not in refused]
 
-    def _ownership_period(self, queue: Queue) -> float:
-        return ownership_period(
-            self.options.visibility_timeout or queue.settings.visibility_timeout
-        )
-
     def _wait_for_more(self, plan: Sequence[planning.Part]) -> bool:
         """True while fewer than minMessagesPerTrigger are visible and the delay has not passed.
 
@@ -401,84 +373,6 @@ class BdqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if partition.ids is not None:
             return read_slice(partition)
         return read_partition(partition)
-
-    def commit(self, end: dict[str, Any]) -> None:
-        last = Offset.from_dict(end)
-        first = last.step if self._acked_step is None else self._acked_step + 1
-        # A step planned before a restart is not in memory: ack it on every queue.
-        steps = [
-            (step, sorted(queues or {*self.options.queues, *self.queue_names()}))
-            for step in range(first, last.step + 1)
-            for queues in [self._step_queues.pop(step, None)]
-        ]
-        self._acked_step = max(last.step, self._acked_step or 0)
-        self._acks.submit(functools.partial(self._ack_steps, last.stream, steps, self._acked_step))
-
-    def _ack_steps(self, stream: str, steps: list[tuple[int, list[str]]], upto: int) -> None:
-        """Ack committed steps, then stop renewing them and free their buckets (background)."""
-        for step, queues in steps:
-            for name in queues:
-                self._ack(name, stream, step)
-        if self._renewal is not None:
-            self._renewal.done(upto)
-        self._sharing.done(upto, self._queue)
-
-    def _ack(self, name: str, stream: str, step: int) -> None:
-        try:
-            acked, stale = self._queue(name).steps.ack(stream, step)
-        except QueueNotFound:
-            log.warning("bdq source: queue %r was deleted before step %d was acked", name, step)
-            return
-        self.stale_acks += stale
-        if stale:
-            log.warning(
-                "bdq source %r: step %d: %d message(s) were redelivered elsewhere before the"
-                " commit (lease ran out): duplicates downstream",
-                name,
-                step,
-                stale,
-            )
-        log.debug("bdq source %r: step %d acked %d message(s)", name, step, acked)
-
-    # -- lease renewal (spark_queue.spark.renewal) ----------------------------------------
-
-    def _track(self, step: Offset) -> None:
-        """Keep ``step``'s leases alive until it is acked."""
-        parts = step.parts(self.options.queues)
-        queues = frozenset(name for name, _, _ in parts)
-        self._sharing.hold(step.step, [(name, bucket) for name, bucket, _ in parts])
-        self._step_queues[step.step] = queues
-        self._stream = step.stream
-        timeout = self.options.visibility_timeout or min(
-            self._queue(name).settings.visibility_timeout for name in queues
-        )
-        if self._renewal is None:
-            label = self.options.queue_pattern or ",".join(self.options.queues)
-            self._renewal = LeaseRenewal(self._renew, renewal_period(timeout), label)
-        self._renewal.period = min(self._renewal.period, renewal_period(timeout))
-        self._renewal.track(step.step, queues)
-
-    def _renew(self, queue: str, step: int) -> tuple[int, int]:
-        handle = self._queue(queue)
-        self._sharing.renew(handle, step, self._ownership_period(handle))
-        return handle.steps.renew(self._stream, step, self.options.visibility_timeout)
-
-    def stop(self) -> None:
-        """The query stops: the last ack finishes, renewal stops, buckets are freed.
-
-        Leases of steps planned and never committed run out one timeout later.
-        Runs once: a second call (the exit hook of ``spark.stopping``) does nothing.
-        """
-        if self._stopped:
-            return
-        self._stopped = True
-        stopping.stop_begins()
-        try:
-            self._acks.close()
-        finally:
-            if self._renewal is not None:
-                self._renewal.stop()
-            self._sharing.release_all(self._queue)
 
     # -- progress -------------------------------------------------------------------------
 

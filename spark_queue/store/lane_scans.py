@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_queue.store.buckets import MESSAGE_COLUMNS, Buckets, StoredMessage, stored_message
+from spark_queue.store.buckets import Buckets
+from spark_queue.store.message_values import MESSAGE_COLUMNS, StoredMessage, stored_message
 
 SCAN_LANE = (
     f"SELECT {MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ?"

@@ -1,0 +1,115 @@
+"""The values a message row is read into and written from, and the clock of its times.
+
+Every stored time is an integer number of milliseconds since the epoch
+(``now_ms``); a row's Cassandra TTL is the whole seconds left until its
+``expires_at`` (``ttl_left``). ``MESSAGE_COLUMNS`` is the select list of a whole
+message row and ``stored_message`` reads such a row, for every scan of messages
+(``buckets.py``, ``lane_scans.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: The columns of a whole message, in the order ``stored_message`` reads them.
+MESSAGE_COLUMNS = (
+    "id, payload, headers, toUnixTimestamp(enqueued_at), toUnixTimestamp(visible_at),"
+    " toUnixTimestamp(expires_at), delivery_count, lease"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message row as read from its bucket."""
+
+    id: int
+    bucket: int
+    payload: bytes
+    headers: Mapping[str, str]
+    enqueued_at: int
+    visible_at: int
+    expires_at: int
+    delivery_count: int
+    lease: int
+    acked: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A visible message as a receive first sees it: no payload yet."""
+
+    id: int
+    bucket: int
+    expires_at: int
+    delivery_count: int
+    lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message about to be written."""
+
+    id: int
+    payload: bytes
+    headers: Mapping[str, str]
+    enqueued_at: int
+    visible_at: int
+    expires_at: int
+    lane: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseWrite:
+    """A lease to write on one message (a delivery)."""
+
+    bucket: int
+    id: int
+    lease: int
+    visible_at: int
+    delivery_count: int
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseCheck:
+    """A conditional change keyed by the lease a receipt names."""
+
+    bucket: int
+    id: int
+    lease: int
+    expires_at: int
+
+
+def now_ms() -> int:
+    """Wall time in integer milliseconds, the unit of every stored time."""
+    return int(time.time() * 1000)
+
+
+def ttl_left(expires_at: int, now: int) -> int:
+    """Whole seconds until ``expires_at`` (at least 1 so CQL accepts it)."""
+    return max(1, math.ceil((expires_at - now) / 1000))
+
+
+def stored_message(row: Sequence[Any], bucket: int) -> StoredMessage | None:
+    """A row of ``MESSAGE_COLUMNS`` (and optionally ``acked``) as a message, or None.
+
+    None for a row of an expired message: its cells can outlive its payload briefly.
+    """
+    if row[1] is None or row[4] is None or row[5] is None:
+        return None
+    return StoredMessage(
+        id=row[0],
+        bucket=bucket,
+        payload=bytes(row[1]),
+        headers=dict(row[2] or {}),
+        enqueued_at=row[3] or 0,
+        visible_at=row[4],
+        expires_at=row[5],
+        delivery_count=row[6] or 0,
+        lease=row[7] or 0,
+        acked=bool(row[8]) if len(row) > 8 else False,
+    )
