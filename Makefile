@@ -3,8 +3,12 @@
 #   make run    start the local Cassandra node if needed, seed 2000 sample orders, run the
 #               pipeline job once (orders -> shipments / orders-rejected), print a summary
 #   make test   run the whole test suite (starts the local node if no Cassandra answers)
+#   make check  the fast tier: make lint, then every test that needs neither Cassandra
+#               nor Spark (under 2 minutes; prints its time)
+#   make lint   ruff (lint and format), mypy strict, the import-layer contracts
+#   make docs   build the docs site into site/ with mkdocs --strict (executes the
+#               walk-through notebook, so it starts the local node if needed)
 #   make stop   stop the local Cassandra node
-#   make lint   ruff and mypy
 #
 # The virtual environment (.venv) is rebuilt only when pyproject.toml or
 # constraints.txt change. PYTHON picks the interpreter it is built from.
@@ -17,7 +21,10 @@ BDQ := $(BIN)/bdq
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 
-.PHONY: run test stop lint venv
+# The fast tier: tests that need neither Cassandra nor Spark (conftest marks the others).
+FAST := not cassandra and not spark and not multinode
+
+.PHONY: run test check lint docs stop venv
 
 venv: $(STAMP)
 
@@ -41,5 +48,17 @@ stop: $(STAMP)
 	$(BDQ) cassandra stop
 
 lint: $(STAMP)
-	$(BIN)/ruff check spark_queue jobs tests notebooks
+	$(BIN)/ruff check spark_queue jobs tests notebooks pyspark_bdq.py
+	$(BIN)/ruff format --check spark_queue jobs tests pyspark_bdq.py
 	$(BIN)/mypy spark_queue jobs
+	$(BIN)/lint-imports
+
+check: $(STAMP)
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory lint && \
+	$(BIN)/python -m pytest -m "$(FAST)" $(PYTEST_ARGS); status=$$?; \
+	echo "make check: $$(( $$(date +%s) - start )) s"; exit $$status
+
+docs: $(STAMP)
+	$(BDQ) cassandra start
+	$(BIN)/mkdocs build --strict

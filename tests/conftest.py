@@ -122,7 +122,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark tests by the backends their fixtures use, so ``-m 'not cassandra'`` works."""
     for item in items:
         names = getattr(item, "fixturenames", ())
-        if "cassandra" in names:
+        if "cassandra" in names or "local_node_tools" in names:
             item.add_marker(pytest.mark.cassandra)
         if "spark" in names:
             item.add_marker(pytest.mark.spark)
