@@ -61,4 +61,4 @@ check: $(STAMP)
 
 docs: $(STAMP)
 	$(BDQ) cassandra start
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
