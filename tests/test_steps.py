@@ -243,3 +243,41 @@ def test_a_part_that_died_between_its_lease_and_its_journal_takes_its_messages_b
     # and the step's ack covers them: only the three never leased are left
     assert queue.steps.ack("q", 5) == (7, 0)
     assert queue.stats().total == 3
+
+
+@pytest.mark.parametrize("leased", [True, False], ids=["named buckets", "receipts"])
+def test_two_attempts_of_one_part_hand_out_what_the_first_recorded(
+    client: QueueClient, leased: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zombie or a re-attempted stage's task runs the same part at the same time.
+
+    Both find no record (a first attempt does not even look, and two that run
+    at once both look before either records), so both lease: the second finds
+    the first's messages invisible and takes others. Only the first record may
+    count, or the commit acks what the second leased while Spark used the
+    first's output: those messages would be lost.
+    """
+    queue = client.create_queue(f"two-attempts-{int(leased)}", bucket_size=10)
+    queue.send_batch([str(i).encode() for i in range(10)])
+    if not leased:  # (a first attempt of the named-bucket path does not look at all)
+        looks = [None, None]  # each attempt's look before it leases finds nothing
+        recorded = Journal.recorded
+
+        def racing(journal: Journal, *key: Any) -> Any:
+            return looks.pop() if looks else recorded(journal, *key)
+
+        monkeypatch.setattr(Journal, "recorded", racing)
+
+    def attempt() -> list[int]:
+        if leased:
+            got = queue.steps.receive_leased("q", 3, 0, 5, buckets=[0], first_attempt=True)
+            return [m.id for m, _ in got]
+        return [d.id for d in queue.steps.receive("q", 3, 0, 5, buckets=[0])]
+
+    first, second = attempt(), attempt()
+
+    assert second == first  # the second attempt replays the first record, not its own
+    assert queue.steps.ack("q", 3) == (5, 0)
+    # what the second attempt leased came back at once, not a visibility timeout later
+    rest = queue.receive(10, visibility_timeout=60)
+    assert sorted(d.id for d in rest) == sorted(set(range(10)) - set(first))

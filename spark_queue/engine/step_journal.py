@@ -5,6 +5,9 @@ streaming query), split into parts (its partitions). The first receive of a
 ``(consumer, step, part)`` leases messages as ``receive`` does and records
 the deliveries (ids, leases, delivery counts) in the journal before
 returning them; a repeat returns the same deliveries with the same receipts.
+Two attempts of one part that run at once both lease, but only the first
+record counts (``store/journal.py``): the other attempt hands out what the
+first recorded and makes its own messages visible again at once.
 Acking a step acks everything its parts received, then forgets the step.
 """
 
@@ -81,17 +84,16 @@ class Steps:
             replayed = self._replay(consumer, step, part, recorded, fail_on_data_loss)
             return [delivery_of(self.queue_id, m, w) for m, w in replayed]
         deliveries = receive()
-        self._journal.record(
-            consumer,
-            step,
-            part,
-            [
-                JournalEntry(d.bucket, d.id, r.lease, r.expires_at_ms, d.delivery_count)
-                for d in deliveries
-                for r in [Receipt.decode(d.receipt)]
-            ],
-        )
-        return deliveries
+        entries = [
+            JournalEntry(d.bucket, d.id, r.lease, r.expires_at_ms, d.delivery_count)
+            for d in deliveries
+            for r in [Receipt.decode(d.receipt)]
+        ]
+        first = self._journal.record(consumer, step, part, entries)
+        if first is None:
+            return deliveries
+        replayed = self._lost_the_record(consumer, step, part, entries, first, fail_on_data_loss)
+        return [delivery_of(self.queue_id, m, w) for m, w in replayed]
 
     def receive_leased(
         self,
@@ -107,10 +109,14 @@ class Steps:
 
         The journal is written from the leases themselves, so no receipt is
         encoded and decoded per message (the Spark source hands out rows).
-        With ``first_attempt`` the caller knows no attempt of this part ran
+        With ``first_attempt`` the caller expects no attempt of this part ran
         before (the Spark source: a step its own run planned, in a task's
-        first attempt), so there is no record to look for and the journal's
-        read is skipped: one round trip less per part.
+        first attempt), so the journal's read is skipped: one round trip less
+        per part. The expectation may be wrong (a zombie task, a speculative
+        one, a re-attempted stage, whose tasks count attempts from 0 again and
+        whose stage attempt pyspark's TaskContext does not expose): the
+        conditional record then loses to the earlier one, which is handed out
+        instead.
 
         Raises:
             DataLoss: As ``receive``.
@@ -119,16 +125,41 @@ class Steps:
         if recorded is not None:
             return self._replay(consumer, step, part, recorded, fail_on_data_loss)
         leased = lease()
-        self._journal.record(
-            consumer,
-            step,
-            part,
-            [
-                JournalEntry(w.bucket, w.id, w.lease, w.expires_at, w.delivery_count)
-                for _, w in leased
-            ],
-        )
-        return leased
+        entries = [
+            JournalEntry(w.bucket, w.id, w.lease, w.expires_at, w.delivery_count) for _, w in leased
+        ]
+        first = self._journal.record(consumer, step, part, entries)
+        if first is None:
+            return leased
+        return self._lost_the_record(consumer, step, part, entries, first, fail_on_data_loss)
+
+    def _lost_the_record(
+        self,
+        consumer: str,
+        step: int,
+        part: int,
+        mine: Sequence[JournalEntry],
+        first: Sequence[JournalEntry],
+        fail_on_data_loss: bool,
+    ) -> list[Leased]:
+        """Another attempt of the part recorded first: hand out its messages, free ours.
+
+        What this attempt leased and the first did not record would otherwise
+        stay invisible until its lease ran out; it is made visible at once.
+        """
+        recorded = {(e.bucket, e.id) for e in first}
+        extra = [e for e in mine if (e.bucket, e.id) not in recorded]
+        log.info(
+            "queue %r: step %d (part %d) of stream %r was recorded by another attempt;"
+            " replaying its %d message(s), releasing %d",
+            self._name, step, part, consumer, len(first), len(extra),
+        )  # fmt: skip
+        if extra:
+            now = now_ms()
+            self._buckets.renew_leases(
+                [LeaseCheck(e.bucket, e.id, e.lease, e.expires_at) for e in extra], now, now
+            )
+        return self._replay(consumer, step, part, first, fail_on_data_loss)
 
     def _replay(
         self,

@@ -4,6 +4,11 @@ A consumer that may be replayed (a Spark micro-batch) names each step
 (``consumer``, ``step``, ``part``). Its deliveries are written here before they
 are returned, so a replay of the same step returns the same messages, and
 acking the step later costs one read and one partition drop.
+
+The first record of a part wins: it is a conditional insert (``IF NOT
+EXISTS``), so two attempts of one part running at once (a zombie task, a
+speculative one, a re-attempted stage) cannot overwrite each other's record
+whatever their clocks say, and the loser learns what the winner recorded.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ _ENTRY = struct.Struct(">qqqqi")
 
 RECORD = (
     "INSERT INTO {ks}.journal (queue_id, consumer, step, part, deliveries) VALUES (?, ?, ?, ?, ?)"
+    " IF NOT EXISTS"
 )
 READ_PART = (
     "SELECT deliveries FROM {ks}.journal"
@@ -58,12 +64,25 @@ class Journal:
         self.store = store
         self.queue_id = queue_id
 
-    def record(self, consumer: str, step: int, part: int, entries: Sequence[JournalEntry]) -> None:
-        self.store.execute(
+    def record(
+        self, consumer: str, step: int, part: int, entries: Sequence[JournalEntry]
+    ) -> list[JournalEntry] | None:
+        """Record a part's entries unless an attempt of it recorded first.
+
+        Returns:
+            None when this record is the part's; else the entries of the
+            attempt that recorded first (empty if its step was acked and
+            forgotten since), which this attempt must hand out instead.
+        """
+        row = self.store.execute(
             RECORD,
             (self.queue_id, consumer, step, part, pack(entries)),
             what="recording leased messages",
-        )
+        ).one()
+        if row is not None and row[0]:
+            return None
+        # Paxos finished the winner's insert before refusing ours: a quorum read sees it.
+        return self.recorded(consumer, step, part) or []
 
     def recorded(self, consumer: str, step: int, part: int) -> list[JournalEntry] | None:
         """The entries of one part, or None if that part never recorded anything."""
