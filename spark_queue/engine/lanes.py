@@ -82,7 +82,14 @@ def lane_of(key: str, lanes: int) -> int:
     """The lane of a message sent with ``key``: ``crc32(key) % lanes`` (stable everywhere)."""
     if check_key(key) is None:
         raise InvalidMessage("key None: a lane of a key needs a str")
-    return zlib.crc32(key.encode("utf-8")) % lanes
+    try:
+        data = key.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidMessage(
+            f"key {key!r}: not valid Unicode text ({e.reason} at position {e.start});"
+            " text must encode as UTF-8"
+        ) from e
+    return zlib.crc32(data) % lanes
 
 
 class StickyLane:

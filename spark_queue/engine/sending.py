@@ -179,7 +179,7 @@ class Sender:
             return payload  # the common case, without the checks below
         where = f" (message {index + 1} of {count})" if count > 1 else ""
         if isinstance(payload, str):
-            data = payload.encode("utf-8")
+            data = _utf8(payload, f"payload {payload[:40]!r}{where}")
         elif isinstance(payload, bytes | bytearray | memoryview):
             data = bytes(payload)
         else:
@@ -404,4 +404,18 @@ def _check_headers(headers: object, index: int, count: int) -> Mapping[str, str]
     for key, value in headers.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidMessage(f"header {key!r}: {value!r}{where}: keys and values must be str")
+        # Cassandra stores text as UTF-8: a lone surrogate would fail the write, not this check.
+        _utf8(key, f"header {key!r}{where}")
+        _utf8(value, f"header {key!r}: {value!r}{where}")
     return dict(headers)
+
+
+def _utf8(text: str, what: str) -> bytes:
+    """``text`` as UTF-8, or InvalidMessage naming ``what`` (a lone surrogate has no encoding)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidMessage(
+            f"{what}: not valid Unicode text ({e.reason} at position {e.start});"
+            " text must encode as UTF-8"
+        ) from e
