@@ -39,6 +39,7 @@ from spark_queue.errors import (
 )
 from spark_queue.message import Delivery, Message, QueueStats
 from spark_queue.producer import Producer
+from spark_queue.store import catalog
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.catalog import read_settings
 from spark_queue.store.message_values import StoredMessage, now_ms
@@ -369,6 +370,7 @@ class Queue:
         return redrive(
             self,
             self._open_queue,
+            sources=lambda: catalog.dead_letter_sources(self._store, self.name),
             to=to,
             max_messages=max_messages,
             rate=rate,

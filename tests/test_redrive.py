@@ -80,6 +80,7 @@ def test_redrive_sends_dead_letters_back_to_their_source(client: QueueClient) ->
 
 def test_messages_without_a_source_stay_unless_sent_somewhere(client: QueueClient) -> None:
     dead = client.create_queue("dead")
+    client.create_queue("feeds-dead", max_deliveries=3, dead_letter_queue="dead")
     other = client.create_queue("other")
     dead.send_batch([b"no source", b"gone source"], headers=[{}, {HEADER_SOURCE: "deleted"}])
 
@@ -124,7 +125,7 @@ def test_bdq_dlq_redrive_killed_midway_and_run_again_moves_each_once(
 ) -> None:
     # Given 120 dead letters, moved by the CLI at 40 a second
     dead = client.create_queue("dead")
-    orders = client.create_queue("orders")
+    orders = client.create_queue("orders", max_deliveries=3, dead_letter_queue="dead")
     dead.send_batch(
         [b"m%03d" % i for i in range(120)],
         headers=[{HEADER_SOURCE: "orders", HEADER_ORIGINAL_ID: str(i)} for i in range(120)],

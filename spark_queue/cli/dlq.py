@@ -12,6 +12,9 @@ from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.engine.ownership import MIN_PERIOD, check_period
 
+#: Dead letters left behind that the table lists one by one.
+SHOW_LEFT = 10
+
 
 @click.group(cls=CommandGroup)
 def dlq() -> None:
@@ -64,7 +67,12 @@ def redrive(
             )
     if as_json:
         echo_json(
-            {"moved": result.moved, "by_target": dict(result.by_target), "left": dict(result.left)}
+            {
+                "moved": result.moved,
+                "by_target": dict(result.by_target),
+                "left": dict(result.left),
+                "left_messages": {str(i): why for i, why in result.left_messages.items()},
+            }
         )
         return
     table = Table(
@@ -75,3 +83,9 @@ def redrive(
     for reason, count in sorted(result.left.items()):
         table.add_row(f"[yellow]left in {dead_letter_queue}: {reason}[/]", str(count))
     Console().print(table)
+    shown = sorted(result.left_messages.items())[:SHOW_LEFT]
+    for message_id, why in shown:
+        Console(stderr=True).print(f"left message {message_id}: {why}", markup=False)
+    if len(result.left_messages) > len(shown):
+        more = len(result.left_messages) - len(shown)
+        Console(stderr=True).print(f"... and {more} more (--json lists them all)", markup=False)

@@ -12,15 +12,24 @@ run again (with the same target).
 
 The message keeps its payload and headers, minus the dead-letter headers, plus
 ``bdq-redrive-count`` (how many times it has been redriven).
+
+Only a dead-letter queue (one that some queue names as its
+``dead_letter_queue``) is redriven to its sources; any other queue is refused
+before anything is leased, unless the run is given a target (``to``). A
+message that cannot go back (no source, its target gone, or refused by the
+target: too large for its ``max_message_bytes`` now, say) is left in the
+dead-letter queue, visible again when the run ends, and reported with its
+reason; it does not stop the run.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -28,11 +37,13 @@ from typing import TYPE_CHECKING, Protocol
 from spark_queue.config import check_int, check_queue_name, check_seconds
 from spark_queue.engine import counters
 from spark_queue.engine.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
-from spark_queue.errors import InvalidSetting, QueueNotFound
+from spark_queue.errors import InvalidMessage, InvalidSetting, QueueNotFound, SparkQueueError
 
 if TYPE_CHECKING:
     from spark_queue.engine.sending import Headers, Keys, Payload
     from spark_queue.message import Delivery
+
+log = logging.getLogger(__name__)
 
 HEADER_REDRIVES = "bdq-redrive-count"
 #: Headers that say why a message is a dead letter; a redrive removes them.
@@ -59,7 +70,12 @@ class DeadLetterSource(Protocol):
         buckets: Sequence[int] | None = None,
     ) -> list[Delivery]: ...
 
+    @property
+    def name(self) -> str: ...
+
     def ack_batch(self, receipts: Sequence[str], *, strict: bool = True) -> list[str]: ...
+
+    def change_visibility(self, receipt: str, seconds: float) -> str: ...
 
 
 class RedriveTarget(Protocol):
@@ -90,12 +106,15 @@ class RedriveResult:
         moved: Dead letters sent to their target and acked.
         by_target: ``moved`` per target queue.
         left: Dead letters left in the dead-letter queue, per reason (no
-            source header and no ``to``, target queue missing).
+            source header and no ``to``, target queue missing, refused by
+            the target).
+        left_messages: The id of each dead letter left, with its reason.
     """
 
     moved: int = 0
     by_target: Counter[str] = field(default_factory=Counter)
     left: Counter[str] = field(default_factory=Counter)
+    left_messages: dict[int, str] = field(default_factory=dict)
 
 
 def redriven_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -113,6 +132,7 @@ def redrive(
     dead_letters: DeadLetterSource,
     open_queue: Callable[[str], RedriveTarget],
     *,
+    sources: Callable[[], Sequence[str]],
     to: str | None = None,
     max_messages: int | None = None,
     rate: float | None = None,
@@ -124,23 +144,35 @@ def redrive(
     Args:
         dead_letters: The dead-letter queue.
         open_queue: Opens a queue by name (``QueueClient.queue``).
+        sources: The queues that name ``dead_letters`` as their dead-letter
+            queue (asked only when there is no ``to``).
         to: Send every message here instead of its source queue.
         max_messages: Stop after moving this many.
         rate: Most messages moved per second.
         visibility_timeout: Lease of the dead letters while they are moved: a
             killed run's messages show again after it.
         progress: Called with the number moved after each round.
+
+    Raises:
+        InvalidSetting: No ``to``, and no queue names ``dead_letters`` as its
+            dead-letter queue (nothing is leased).
     """
     if to is not None:
         check_queue_name(to)
         open_queue(to)  # QueueNotFound before anything moves
+    elif not sources():
+        raise InvalidSetting(
+            f"queue {dead_letters.name!r}: is not a dead-letter queue (no queue names it as its"
+            " dead_letter_queue), so it has no dead letters to send back; give a target queue"
+            " (to=..., or --to) to move its messages there"
+        )
     limit = None if max_messages is None else check_int("max_messages", max_messages, 1, 2**62)
     pace = None if rate is None else _check_rate(rate)
     lease = check_seconds("visibility_timeout", visibility_timeout)
     result = RedriveResult()
     writer = f"redrive:{dead_letters.queue_id}"
     targets: dict[str, RedriveTarget | None] = {}
-    left_ids: set[int] = set()  # left behind by this run: not counted twice if seen again
+    left_ids: dict[int, str] = {}  # left behind by this run (receipts): counted once, shown again
     began = time.monotonic()
     with ThreadPoolExecutor(SEND_THREADS, thread_name_prefix="bdq-redrive") as pool:
         while limit is None or result.moved < limit:
@@ -156,21 +188,17 @@ def redrive(
                 name = to or d.headers.get(HEADER_SOURCE)
                 target = _target(name, targets, open_queue)
                 if target is None:
-                    left_ids.add(d.id)
-                    result.left[
+                    reason = (
                         "no source header (use --to)" if name is None else f"queue {name!r} missing"
-                    ] += 1
+                    )
+                    _leave(result, left_ids, d, reason)
                     continue
                 movable.append((d, target))
-            list(
-                pool.map(
-                    lambda pair: pair[1].send_batch_once(
-                        writer, pair[0].id, 0, [pair[0].payload],
-                        headers=[redriven_headers(pair[0].headers)],
-                    ),
-                    movable,
-                )
-            )  # fmt: skip
+            refusals = list(pool.map(lambda pair: _send_back(writer, *pair), movable))
+            for (d, target), refusal in zip(movable, refusals, strict=True):
+                if refusal is not None:
+                    _leave(result, left_ids, d, f"refused by queue {target.name!r}: {refusal}")
+            movable = [pair for pair, refusal in zip(movable, refusals, strict=True) if not refusal]
             # Acked only after every send returned: a crash before leaves them to the next run.
             dead_letters.ack_batch([d.receipt for d, _ in movable], strict=False)
             result.moved += len(movable)
@@ -183,7 +211,41 @@ def redrive(
                 ahead = result.moved / pace - (time.monotonic() - began)
                 if ahead > 0:
                     time.sleep(ahead)
+    _show_again(dead_letters, left_ids.values())
     return result
+
+
+def _send_back(writer: str, dead_letter: Delivery, target: RedriveTarget) -> str | None:
+    """Send one dead letter to its target once; None, or why the target refused it."""
+    try:
+        target.send_batch_once(
+            writer,
+            dead_letter.id,
+            0,
+            [dead_letter.payload],
+            headers=[redriven_headers(dead_letter.headers)],
+        )
+    except (InvalidSetting, InvalidMessage) as e:  # the message, not the cluster: skip it
+        return str(e)
+    return None
+
+
+def _leave(result: RedriveResult, left: dict[int, str], dead_letter: Delivery, why: str) -> None:
+    """Count a dead letter this run leaves behind, and keep its receipt to show it again."""
+    left[dead_letter.id] = dead_letter.receipt
+    result.left[why.split(": ", 1)[0] if why.startswith("refused") else why] += 1
+    result.left_messages[dead_letter.id] = why
+
+
+def _show_again(dead_letters: DeadLetterSource, receipts: Iterable[str]) -> None:
+    """Make the dead letters a run left visible at once: the run held them only to move past."""
+    for receipt in receipts:
+        try:
+            dead_letters.change_visibility(receipt, 0)
+        except (
+            SparkQueueError
+        ):  # its lease ran out meanwhile, or Cassandra hiccuped: it shows anyway
+            log.warning("redrive: a dead letter left behind shows again only when its lease ends")
 
 
 def _target(

@@ -51,6 +51,7 @@ INIT_POINTERS = (
 )
 READ = f"SELECT queue_id, {_COLUMN_LIST} FROM {{ks}}.queues WHERE name = ?"
 LIST = "SELECT name FROM {ks}.queues"
+DEAD_LETTER_QUEUES = "SELECT name, dead_letter_queue FROM {ks}.queues"
 DELETE = "DELETE FROM {ks}.queues WHERE name = ? IF queue_id = ?"
 DELETE_SEQUENCE = "DELETE FROM {ks}.sequences WHERE queue_id = ?"
 DELETE_POINTERS = "DELETE FROM {ks}.pointers WHERE queue_id = ?"
@@ -81,6 +82,12 @@ def read_settings(
 def queue_names(store: Store) -> list[str]:
     """The name of every queue in the keyspace, in the table's order."""
     return [row[0] for row in store.rows(LIST, what="listing queues")]
+
+
+def dead_letter_sources(store: Store, name: str) -> list[str]:
+    """The queues whose ``dead_letter_queue`` is ``name``, sorted (a read of the whole catalog)."""
+    rows = store.rows(DEAD_LETTER_QUEUES, (), what=f"finding the queues that feed {name!r}")
+    return sorted(source for source, dead_letter_queue in rows if dead_letter_queue == name)
 
 
 def register_queue(store: Store, name: str, queue_id: uuid.UUID, settings: QueueSettings) -> bool:
