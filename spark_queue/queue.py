@@ -24,7 +24,7 @@ from spark_queue.engine.bounds import Bounds
 from spark_queue.engine.counters import QueueCounters
 from spark_queue.engine.counting import QueueCounter
 from spark_queue.engine.dead_letters import DeadLetters
-from spark_queue.engine.deliveries import as_datetime
+from spark_queue.engine.deliveries import message_of
 from spark_queue.engine.lanes import LaneOwner, check_key
 from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.engine.receipts import ReceiptActions
@@ -247,6 +247,21 @@ class Queue:
         self._counts.sent.inc(len(ids))
         return ids
 
+    def check_batch(
+        self,
+        payloads: Sequence[Payload],
+        headers: Headers = None,
+        delay: float | Sequence[float] = 0.0,
+        *,
+        key: Keys = None,
+        position: Callable[[int], str] | None = None,
+    ) -> None:
+        """Check a batch as ``send_batch`` does, and write nothing (a sink checks all first).
+
+        ``position`` names message ``i`` in the error (" (row 7 of partition 2)").
+        """
+        self._sending.check_batch(payloads, headers, delay, key, position)
+
     def send_batch_once(
         self,
         writer: str,
@@ -387,17 +402,13 @@ class Queue:
     def ack_batch(self, receipts: Sequence[str], *, strict: bool = True) -> list[str]:
         """Ack many receipts with one conditional write per bucket, or plain ones.
 
-        A receipt this handle leased itself, with ``ACK_PLAIN_MARGIN`` seconds
-        of its lease left, is acked with a plain write and no read
-        (``engine/lease_memory.py``; ``ack_own_leases``). Of the others, with
-        ``plain_acks`` (opt-in), a read and a plain
-        write per bucket while a receipt's lease has ``ACK_PLAIN_MARGIN``
-        seconds left, the conditional write otherwise (``store/acks.py``; an
-        ack racing its own receipt's ``change_visibility`` from another thread
-        then lets both succeed). Every receipt that still names the current
-        delivery is acked. Stale ones
-        change nothing: with ``strict`` (the default) they raise StaleReceipt
-        after the others were acked; otherwise they are returned.
+        The path each receipt takes (a plain write for a lease this handle
+        wrote and surely holds, ``ack_own_leases``; a read and a plain write
+        with ``plain_acks``; a conditional batch otherwise) is told in
+        ``engine/receipts.py``. Every receipt that still names the current
+        delivery is acked. Stale ones change nothing: with ``strict`` (the
+        default) they raise StaleReceipt after the others were acked;
+        otherwise they are returned.
 
         Returns:
             The stale receipts (empty when ``strict``).
@@ -439,17 +450,7 @@ class Queue:
             if len(found) >= count:
                 break
             found.extend(self.buckets.scan_visible(bucket, now, count - len(found), after))
-        return [
-            Message(
-                id=m.id,
-                bucket=m.bucket,
-                payload=m.payload,
-                headers=m.headers,
-                enqueued_at=as_datetime(m.enqueued_at),
-                delivery_count=m.delivery_count,
-            )
-            for m in found
-        ]
+        return [message_of(m) for m in found]
 
     def stats(self, *, exact: bool = False) -> QueueStats:
         """Approximate counts at a bounded cost per call (see ``spark_queue.engine.counting``).

@@ -3,6 +3,7 @@
 A receive writes a lease on each message it picks (``fresh_lease``) and hands
 out each message it won as a ``Delivery`` with its receipt (``delivery_of``);
 a caller that hands out rows (the Spark source) keeps the pair (``Leased``).
+A peek hands out messages without a lease (``message_of``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from spark_queue.message import Delivery, Receipt, new_lease
+from spark_queue.message import Delivery, Message, Receipt, new_lease
 from spark_queue.store.message_values import Candidate, LeaseWrite, StoredMessage
 
 #: A message with the lease a receive wrote on it (its delivery, before any receipt).
@@ -46,4 +47,16 @@ def delivery_of(queue_id: uuid.UUID, m: StoredMessage, w: LeaseWrite) -> Deliver
         delivery_count=w.delivery_count,
         receipt=receipt,
         visible_at=as_datetime(w.visible_at),
+    )
+
+
+def message_of(m: StoredMessage) -> Message:
+    """Stored message ``m`` as a peek hands it out: no lease, no receipt."""
+    return Message(
+        id=m.id,
+        bucket=m.bucket,
+        payload=m.payload,
+        headers=m.headers,
+        enqueued_at=as_datetime(m.enqueued_at),
+        delivery_count=m.delivery_count,
     )

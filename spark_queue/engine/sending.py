@@ -134,8 +134,13 @@ class Sender:
         headers: Headers,
         delay: float | Sequence[float],
         key: Keys = None,
+        position: Callable[[int], str] | None = None,
     ) -> list[Outgoing]:
-        """Check every message of a batch before anything is written; give each its lane."""
+        """Check every message of a batch before anything is written; give each its lane.
+
+        ``position`` names message ``i`` in errors (" (row 7 of partition 2)");
+        by default " (message i+1 of count)" in a batch of several.
+        """
         if isinstance(payloads, str | bytes | bytearray | memoryview):
             raise InvalidMessage(
                 f"payloads {payloads[:40]!r}: send_batch takes a list of payloads; use send()"
@@ -144,6 +149,7 @@ class Sender:
         count = len(payloads)
         if not 1 <= count <= MAX_BATCH:
             raise InvalidMessage(f"payloads: {count} messages; a batch holds 1 to {MAX_BATCH}")
+        where = position or (lambda i: f" (message {i + 1} of {count})" if count > 1 else "")
         header_list = _per_message("headers", headers, count)
         delay_list = _per_message("delay", delay, count)
         lanes = self._settings().lanes
@@ -161,12 +167,12 @@ class Sender:
         max_bytes = self._settings().max_message_bytes
         shared_delay = None
         if not isinstance(delay, Sequence):
-            shared_delay = self._delay_ms(delay, 0, count)
+            shared_delay = self._delay_ms(delay, lambda _: "", 0)
         return [
             Outgoing(
-                self._payload_bytes(p, i, count, max_bytes),
-                _check_headers(h, i, count),
-                shared_delay if shared_delay is not None else self._delay_ms(d, i, count),
+                self._payload_bytes(p, where, i, max_bytes),
+                _check_headers(h, where, i),
+                shared_delay if shared_delay is not None else self._delay_ms(d, where, i),
                 lane,
             )
             for i, (p, h, d, lane) in enumerate(
@@ -174,10 +180,12 @@ class Sender:
             )
         ]
 
-    def _payload_bytes(self, payload: object, index: int, count: int, max_bytes: int) -> bytes:
+    def _payload_bytes(
+        self, payload: object, position: Callable[[int], str], index: int, max_bytes: int
+    ) -> bytes:
         if type(payload) is bytes and len(payload) <= max_bytes:
             return payload  # the common case, without the checks below
-        where = f" (message {index + 1} of {count})" if count > 1 else ""
+        where = position(index)
         if isinstance(payload, str):
             data = _utf8(payload, f"payload {payload[:40]!r}{where}")
         elif isinstance(payload, bytes | bytearray | memoryview):
@@ -193,12 +201,11 @@ class Sender:
             )
         return data
 
-    def _delay_ms(self, delay: object, index: int, count: int) -> int:
+    def _delay_ms(self, delay: object, position: Callable[[int], str], index: int) -> int:
         seconds = check_seconds("delay", delay, allow_zero=True)
         if seconds >= self._settings().message_ttl:
-            where = f" (message {index + 1} of {count})" if count > 1 else ""
             raise InvalidMessage(
-                f"delay {delay!r}{where}: must be shorter than queue {self._name!r}'s"
+                f"delay {delay!r}{position(index)}: must be shorter than queue {self._name!r}'s"
                 f" message_ttl of {self._settings().message_ttl} s"
             )
         return int(seconds * 1000)
@@ -395,10 +402,12 @@ def _per_message(name: str, value: object, count: int) -> list[object]:
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
 
-def _check_headers(headers: object, index: int, count: int) -> Mapping[str, str]:
+def _check_headers(
+    headers: object, position: Callable[[int], str], index: int
+) -> Mapping[str, str]:
     if headers is None or (type(headers) is dict and not headers):
         return _NO_HEADERS
-    where = f" (message {index + 1} of {count})" if count > 1 else ""
+    where = position(index)
     if not isinstance(headers, Mapping):
         raise InvalidMessage(f"headers {headers!r}{where}: must be a mapping of str to str")
     for key, value in headers.items():

@@ -4,7 +4,10 @@ Columns: ``payload`` (binary or string, required), ``queue`` (string: routes the
 row; the ``queue`` option is the default), ``headers`` (map<string,string>),
 ``delay_ms`` (bigint or int), ``key`` (string: the unit of order, ``lanes.py``;
 null or absent: the lane of the task's thread). Any other column is refused when
-the query starts.
+the query starts. Every row of a task is checked (columns, then each target
+queue's rules: size, headers, delay, key) before its first message is sent, so
+a bad row fails the task with nothing of it written; the task holds its rows
+in memory until then.
 
 Guarantees:
 
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,7 +116,7 @@ def write_batches(
     step: int | None,
     query_id: str | None = None,
 ) -> SinkCommit:
-    """Send the rows of one task, chunk by chunk per target queue.
+    """Check every row of one task, then send them chunk by chunk per target queue.
 
     With a writer id, sends are keyed by (writer id and the streaming query's
     id, step (Spark's batch id), partition, chunk). The query id lives in the
@@ -125,42 +128,52 @@ def write_batches(
         writer = options.writer_id if query_id is None else f"{options.writer_id}@{query_id}"
     context = TaskContext.get()
     part = context.partitionId() if context else 0
-    queues: dict[str, Queue] = {}
     pending: dict[str, _Rows] = {}
-    chunks: dict[str, int] = defaultdict(int)
-    sent = SinkCommit(part)
-
-    def flush(name: str, rows: _Rows) -> None:
-        queue = queues.get(name) or queues.setdefault(name, open_queue(options.connection, name))
-        delays: float | list[float] = rows.delays if rows.delays is not None else 0.0
-        if writer is None:
-            queue.send_batch(rows.payloads, headers=rows.headers, delay=delays, key=rows.keys)
-        else:
-            queue.send_batch_once(
-                writer,
-                step or 0,
-                part,
-                rows.payloads,
-                headers=rows.headers,
-                delay=delays,
-                chunk=chunks[name],
-                key=rows.keys,
-            )
-        chunks[name] += 1
-        sent.sent[name] = sent.sent.get(name, 0) + len(rows.payloads)
-
     rows_before = 0
     for batch in batches:
         for name, rows in _split(batch, options.queue, part, rows_before):
-            into = pending.setdefault(name, _Rows([], None, None))
-            into.extend(rows)
-            while len(into.payloads) >= CHUNK_ROWS:
-                flush(name, into.take(CHUNK_ROWS))
+            pending.setdefault(name, _Rows([], None, None)).extend(rows)
         rows_before += batch.num_rows
-    for name, rows in pending.items():
-        if rows.payloads:
-            flush(name, rows)
+    # Every row of the task is checked before the first is sent: a bad row
+    # late in a partition must not fail the task after earlier chunks are visible.
+    queues = {name: open_queue(options.connection, name) for name in pending}
+    chunks = {name: rows.chunks(CHUNK_ROWS) for name, rows in pending.items()}
+    for name, queue_chunks in chunks.items():
+        for rows in queue_chunks:
+            queue = queues[name]
+            queue.check_batch(
+                rows.payloads,
+                headers=rows.headers,
+                delay=rows.delays if rows.delays is not None else 0.0,
+                key=rows.keys,
+                position=rows.position(part),
+            )
+    sent = SinkCommit(part)
+    for name, queue_chunks in chunks.items():
+        for chunk, rows in enumerate(queue_chunks):
+            _send(queues[name], rows, writer, step, part, chunk)
+        sent.sent[name] = sum(len(rows.payloads) for rows in queue_chunks)
     return sent
+
+
+def _send(
+    queue: Queue, rows: _Rows, writer: str | None, step: int | None, part: int, chunk: int
+) -> None:
+    """Send one checked chunk: plainly, or once per (writer, step, part, chunk)."""
+    delays: float | list[float] = rows.delays if rows.delays is not None else 0.0
+    if writer is None:
+        queue.send_batch(rows.payloads, headers=rows.headers, delay=delays, key=rows.keys)
+        return
+    queue.send_batch_once(
+        writer,
+        step or 0,
+        part,
+        rows.payloads,
+        headers=rows.headers,
+        delay=delays,
+        chunk=chunk,
+        key=rows.keys,
+    )
 
 
 @dataclass
@@ -175,10 +188,13 @@ class _Rows:
     headers: list[dict[str, str] | None] | None
     delays: list[float] | None
     keys: list[str | None] | None = None
+    #: Each row's place in the task's input (0-based), for errors that name it.
+    origin: list[int] = field(default_factory=list)
 
     def extend(self, other: _Rows) -> None:
         n = len(self.payloads)
         self.payloads += other.payloads
+        self.origin += other.origin
         if other.headers is not None or self.headers is not None:
             self.headers = (self.headers or [None] * n) + (
                 other.headers or [None] * len(other.payloads)
@@ -188,22 +204,22 @@ class _Rows:
         if other.keys is not None or self.keys is not None:
             self.keys = (self.keys or [None] * n) + (other.keys or [None] * len(other.payloads))
 
-    def take(self, count: int) -> _Rows:
-        """The first ``count`` rows, removed from these."""
-        head = _Rows(
-            self.payloads[:count],
-            None if self.headers is None else self.headers[:count],
-            None if self.delays is None else self.delays[:count],
-            None if self.keys is None else self.keys[:count],
-        )
-        del self.payloads[:count]
-        if self.headers is not None:
-            del self.headers[:count]
-        if self.delays is not None:
-            del self.delays[:count]
-        if self.keys is not None:
-            del self.keys[:count]
-        return head
+    def chunks(self, size: int) -> list[_Rows]:
+        """These rows in chunks of ``size`` (the last one shorter), in order."""
+        return [
+            _Rows(
+                self.payloads[start : start + size],
+                None if self.headers is None else self.headers[start : start + size],
+                None if self.delays is None else self.delays[start : start + size],
+                None if self.keys is None else self.keys[start : start + size],
+                self.origin[start : start + size],
+            )
+            for start in range(0, len(self.payloads), size)
+        ]
+
+    def position(self, part: int) -> Callable[[int], str]:
+        """How an error names row ``i`` of these: its place in the task's partition."""
+        return lambda i: f" (row {self.origin[i] + 1} of partition {part})"
 
 
 def _first(mask: pa.Array) -> int:
@@ -258,7 +274,8 @@ def _split(
         )
     if target is None or target.null_count == count:
         assert default_queue is not None  # check_sink_schema demands one without the column
-        yield default_queue, _Rows(payloads, headers, delays, keys)
+        origin = list(range(rows_before, rows_before + count))
+        yield default_queue, _Rows(payloads, headers, delays, keys, origin)
         return
     by_queue: dict[str, list[int]] = defaultdict(list)
     for index, name in enumerate(target.to_pylist()):
@@ -273,6 +290,7 @@ def _split(
                 None if headers is None else [headers[i] for i in indexes],
                 None if delays is None else [delays[i] for i in indexes],
                 None if keys is None else [keys[i] for i in indexes],
+                [rows_before + i for i in indexes],
             ),
         )
 
