@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from spark_queue.errors import SparkQueueError
@@ -55,8 +56,22 @@ class LeaseRenewal:
         self._steps: dict[int, frozenset[str]] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self._wake = threading.Event()  # a shorter period, or the stop: look again at once
         self._thread: threading.Thread | None = None
         self.rounds = 0
+
+    def set_period(self, period: float) -> None:
+        """Renew every ``period`` seconds from now on; a shorter one takes effect at once.
+
+        A step with a shorter visibility timeout (``update_queue``, or a queue
+        joining through ``queuePattern``) must not wait out a sleep computed
+        from the longer one: its leases could run out meanwhile.
+        """
+        with self._lock:
+            shorter = period < self.period
+            self.period = period
+        if shorter:
+            self._wake.set()
 
     def track(self, step: int, queues: Iterable[str]) -> None:
         """Renew ``step``'s leases on ``queues`` from now until ``done`` covers it."""
@@ -84,13 +99,21 @@ class LeaseRenewal:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the thread (the query stops); leases then run out one timeout later."""
         self._stopped.set()
+        self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
     def _run(self) -> None:
-        while not self._stopped.wait(self.period):
+        last = time.monotonic()
+        while not self._stopped.is_set():
+            remaining = self.period - (time.monotonic() - last)
+            if remaining > 0:
+                self._wake.wait(remaining)
+                self._wake.clear()
+                continue  # the period may have changed, or the thread stopped: look again
             self.renew_once()
+            last = time.monotonic()
 
     def renew_once(self) -> None:
         """One round: every tracked step on each of its queues."""

@@ -121,7 +121,7 @@ class StepTrackingReader(DataSourceStreamReader):
         if self._renewal is None:
             label = self.options.queue_pattern or ",".join(self.options.queues)
             self._renewal = LeaseRenewal(self._renew, renewal_period(timeout), label)
-        self._renewal.period = min(self._renewal.period, renewal_period(timeout))
+        self._renewal.set_period(min(self._renewal.period, renewal_period(timeout)))
         self._renewal.track(step.step, queues)
 
     def _renew(self, queue: str, step: int) -> tuple[int, int]:
