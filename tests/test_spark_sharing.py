@@ -64,3 +64,22 @@ def test_a_bucket_kept_between_steps_is_owned_without_another_round_trip(
         assert mine.takes == 2
         other.release_all(client.queue)
         mine.release_all(client.queue)
+
+
+def test_a_bucket_released_unplanned_is_not_granted_again_from_memory(
+    keyspace: ConnectionSettings,
+) -> None:
+    # Given a query that took bucket 0 for a plan, then left it out (maxBytesPerTrigger)
+    with QueueClient(settings=keyspace) as client:
+        queue = client.create_queue("released", bucket_size=10)
+        queue.send_batch([b"x"] * 5)
+        first, second = BucketSharing("first"), BucketSharing("second")
+        assert first.take(queue, [0], 30.0) == {0}
+        first.release([("released", 0)], client.queue)
+
+        # When another query takes it meanwhile
+        assert second.take(queue, [0], 30.0) == {0}
+
+        # Then the first is refused it: it no longer trusts its memory of the grant
+        assert first.take(queue, [0], 30.0) == set()
+        second.release_all(client.queue)

@@ -138,9 +138,17 @@ class BucketSharing:
         self._release(freed - later, open_queue)
 
     def release(self, parts: Iterable[tuple[str, int]], open_queue: OpenQueue) -> None:
-        """Release ``(queue, bucket)`` taken for a plan but left out of its step (never held)."""
-        held = {p for parts in self._held.values() for p in parts}
-        self._release(set(parts) - held, open_queue)
+        """Release ``(queue, bucket)`` taken for a plan but left out of its step (never held).
+
+        Forgotten before the release is sent, like ``done``'s: a bucket granted
+        from memory after its release could be another query's by then.
+        """
+        with self._lock:
+            held = {p for parts in self._held.values() for p in parts}
+            freed = set(parts) - held
+            for part in freed:
+                self._owned.pop(part, None)
+        self._release(freed, open_queue)
 
     def release_all(self, open_queue: OpenQueue) -> None:
         """The query stops: every bucket is free for other queries at once."""
