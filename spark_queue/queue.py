@@ -92,7 +92,7 @@ class Queue:
         self._dead_letters = DeadLetters(self.buckets, name, current, open_queue)
         self._sending = Sender(store, self.buckets, self._bounds, name, current, self._check_alive)
         self._receiving = Receiver(
-            self.buckets, self._bounds, self._maintenance, self._dead_letters, settings
+            self.buckets, self._bounds, self._maintenance, self._dead_letters, current
         )
         self._counter = QueueCounter(store, queue_id, settings.bucket_size)
         self._counts = QueueCounters.of(name)  # this process's Prometheus counters

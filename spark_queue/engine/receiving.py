@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -122,7 +122,7 @@ class Receiver:
         bounds: The handle's view of head, tail and idle buckets.
         maintenance: Run about once a second by receives that plan their own buckets.
         dead_letters: Where messages past ``max_deliveries`` go.
-        settings: The queue's settings.
+        settings: Returns the queue's current settings (they change: ``update_queue``).
     """
 
     def __init__(
@@ -131,7 +131,7 @@ class Receiver:
         bounds: Bounds,
         maintenance: Maintenance,
         dead_letters: DeadLetters,
-        settings: QueueSettings,
+        settings: Callable[[], QueueSettings],
     ) -> None:
         self._buckets = buckets
         self._bounds = bounds
@@ -140,7 +140,7 @@ class Receiver:
         self._settings = settings
         self.claims = Claims()
         self.own_leases = OwnLeases()
-        self.lanes = LaneOwner(buckets.store, buckets.queue_id, settings.lanes)
+        self.lanes = LaneOwner(buckets.store, buckets.queue_id, settings().lanes)  # fixed
         self._lane_idle: dict[tuple[int, int], int] = {}  # (lane, bucket) -> skip until (ms)
         self._lane_floor: dict[int, Floor] = {}
         self._read_ahead: dict[int, ReadAhead] = {}
@@ -195,7 +195,7 @@ class Receiver:
             if taken is None:
                 break
             short = want - len(found)
-            limit = scan_limit(short, self._settings.max_message_bytes)
+            limit = scan_limit(short, self._settings().max_message_bytes)
             rows = self._lane_visible(taken, short, now, limit=limit)
             lane_of.update(((m.bucket, m.id), taken) for m in rows)
             found.extend(rows)
@@ -261,7 +261,7 @@ class Receiver:
             rows = self.claims.free(ahead.rows, time.monotonic())
             if len(rows) >= want:
                 return rows, ahead.until
-        limit = scan_limit(want, self._settings.max_message_bytes)
+        limit = scan_limit(want, self._settings().max_message_bytes)
         return self._lane_visible(lane, want, now, limit=limit), now + PREFETCH_HOLD_MS
 
     def _keep_ahead(
