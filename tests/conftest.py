@@ -12,6 +12,11 @@ Cassandra comes from, in this order:
 When none is available the tests that need Cassandra are skipped locally and
 fail under CI (``CI=true``). Each test gets its own keyspace (``keyspace``
 fixture) and never touches one it did not create.
+
+A test of the queue's semantics marked ``both_stores`` runs twice: on a
+``MemoryStore`` (in milliseconds, in the fast tier) and on Cassandra (marked
+``cassandra``). Its ``client`` and ``backend`` fixtures say where; without the
+mark, they are Cassandra's.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
+from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings, HostPort, hosts_from_env, parse_hosts
 from spark_queue.errors import LocalNodeError, SparkQueueError
 from spark_queue.local import cql
 from spark_queue.local.node import LocalCluster
 from spark_queue.local.processes import find_java
+from spark_queue.store.memory import MemoryStore
 
 if TYPE_CHECKING:
     from cassandra.cluster import Session
@@ -118,14 +125,37 @@ def _start_container(config: pytest.Config) -> Any:
     return container
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "both_stores: runs on a MemoryStore and on Cassandra (the backend fixture)"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run the ``both_stores`` tests once per store; the Cassandra run alone is ``cassandra``."""
+    if "backend" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_stores"):
+        metafunc.parametrize(
+            "backend",
+            ["memory", pytest.param("cassandra", marks=pytest.mark.cassandra)],
+            indirect=True,
+        )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark tests by the backends their fixtures use, so ``-m 'not cassandra'`` works."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         if "cassandra" in names or "local_node_tools" in names:
             item.add_marker(pytest.mark.cassandra)
+        if "backend" in names and _store_of(item) != "memory":
+            item.add_marker(pytest.mark.cassandra)  # it asks for the keyspace when it runs
         if "spark" in names:
             item.add_marker(pytest.mark.spark)
+
+
+def _store_of(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    return str(callspec.params.get("backend", "cassandra")) if callspec else "cassandra"
 
 
 @pytest.fixture(scope="session")
@@ -215,6 +245,41 @@ def shared_keyspace(_module_keyspace: ConnectionSettings) -> Iterator[Connection
     with QueueClient(settings=_module_keyspace) as client:
         for name in client.list_queues():
             client.delete_queue(name, missing_ok=True)
+
+
+class Backend:
+    """Where a test's queues live: a Cassandra keyspace, or one ``MemoryStore`` for the test.
+
+    ``client()`` opens another client on the same data, as another process
+    would: its own handles, lanes and leases (close it, or use it as a context).
+    """
+
+    def __init__(self, name: str, settings: ConnectionSettings, store: MemoryStore | None) -> None:
+        self.name = name
+        self.settings = settings
+        self.store = store
+
+    def client(self) -> QueueClient:
+        if self.store is not None:
+            return QueueClient(store=self.store)
+        return QueueClient(settings=self.settings)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Cassandra (the test's ``keyspace``), or a fresh ``MemoryStore`` under ``both_stores``."""
+    if getattr(request, "param", "cassandra") == "memory":
+        store = MemoryStore()
+        return Backend("memory", store.settings, store)
+    # Asked for here, not as a parameter: the memory run never touches Cassandra.
+    return Backend("cassandra", request.getfixturevalue("keyspace"), None)
+
+
+@pytest.fixture
+def client(backend: Backend) -> Iterator[QueueClient]:
+    """A client of the test's backend, closed after the test."""
+    with backend.client() as c:
+        yield c
 
 
 @pytest.fixture(scope="session")

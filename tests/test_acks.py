@@ -10,7 +10,6 @@ tests/test_own_leases.py for those), and each stale case changes nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -61,13 +60,7 @@ def test_plan_takes_the_last_receipt_of_one_message() -> None:
     assert planned.stale == set()
 
 
-# -- against Cassandra ----------------------------------------------------------------
-
-
-@pytest.fixture
-def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
-    with QueueClient(settings=keyspace) as c:
-        yield c
+# -- against Cassandra (and a MemoryStore: ``both_stores``, conftest.py) --------------
 
 
 def _count_conditional(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
@@ -77,7 +70,7 @@ def _count_conditional(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> dict[st
     return count_ack_paths(queue, monkeypatch)
 
 
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_plain_ack_acks_once_and_a_second_ack_is_stale(
     client: QueueClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,7 +90,7 @@ def test_plain_ack_acks_once_and_a_second_ack_is_stale(
     ]
 
 
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_ack_after_the_lease_ran_out_and_another_delivery_is_stale(
     client: QueueClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,7 +111,7 @@ def test_ack_after_the_lease_ran_out_and_another_delivery_is_stale(
     assert queue.stats(exact=True).total == 0
 
 
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_plain_acks_are_opt_in(client: QueueClient) -> None:
     queue = client.create_queue("nodes")
 
@@ -126,7 +119,7 @@ def test_plain_acks_are_opt_in(client: QueueClient) -> None:
     assert queue.plain_acks is False
 
 
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_ack_near_or_past_the_deadline_goes_through_the_condition(
     client: QueueClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,7 +138,7 @@ def test_ack_near_or_past_the_deadline_goes_through_the_condition(
     assert queue.receive(3) == []
 
 
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_ack_with_the_receipt_before_change_visibility_is_stale(
     client: QueueClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

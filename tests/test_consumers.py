@@ -3,7 +3,8 @@
 Consumers here are independent (their own client, as separate processes or
 machines would be), not threads sharing one handle, which never race anyway.
 A duplicate is a delivery beyond a message's first; each test counts them
-and bounds them, and checks every message was acked exactly once.
+and bounds them, and checks every message was acked exactly once. The thread
+test runs on a MemoryStore too (``both_stores``, conftest.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,16 +25,12 @@ from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.engine.lanes import lane_of
 from spark_queue.engine.ownership import ttl_of
 
-pytestmark = pytest.mark.cassandra
+if TYPE_CHECKING:
+    from tests.conftest import Backend
+
 
 CONSUMER = Path(__file__).parent / "apps" / "consumer.py"
 MESSAGES = 600
-
-
-@pytest.fixture
-def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
-    with QueueClient(settings=keyspace) as c:
-        yield c
 
 
 def fill(client: QueueClient, name: str, **settings: object) -> set[int]:
@@ -55,9 +52,10 @@ def check(deliveries: Counter[int], acked: Counter[int], ids: set[int]) -> int:
     return sum(deliveries.values()) - len(deliveries)
 
 
+@pytest.mark.both_stores
 @pytest.mark.parametrize("consumers", [2, 3])
 def test_competing_consumer_threads_split_the_work(
-    keyspace: ConnectionSettings, client: QueueClient, consumers: int
+    backend: Backend, client: QueueClient, consumers: int
 ) -> None:
     # Given 600 messages and independent consumers starting at the same instant, K = 1
     ids = fill(client, f"threads-{consumers}", visibility_timeout=60)
@@ -67,7 +65,7 @@ def test_competing_consumer_threads_split_the_work(
     start = threading.Barrier(consumers)
 
     def consume() -> None:
-        with QueueClient(settings=keyspace) as own:
+        with backend.client() as own:
             queue = own.queue(f"threads-{consumers}")
             start.wait()
             while got := queue.receive(10):
@@ -101,6 +99,7 @@ def _consumer(settings: ConnectionSettings, queue: str, *extra: str) -> list[str
     ]
 
 
+@pytest.mark.cassandra
 @pytest.mark.parametrize("consumers", [2, 3])
 def test_competing_consumer_processes_split_the_work(
     keyspace: ConnectionSettings, client: QueueClient, consumers: int
@@ -130,6 +129,7 @@ def test_competing_consumer_processes_split_the_work(
     assert all(o.strip() for o in outputs)  # every process took a share
 
 
+@pytest.mark.cassandra
 def test_consumer_killed_while_holding_messages_loses_nothing(
     keyspace: ConnectionSettings, client: QueueClient
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from click.testing import CliRunner
@@ -13,6 +13,9 @@ from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.cli import main
 from spark_queue.engine.counting import plan_scans, summarize
 from spark_queue.store.counts import NEVER, BucketCount, count_rows
+
+if TYPE_CHECKING:
+    from tests.conftest import Backend
 
 NOW = 1_000_000
 
@@ -70,16 +73,10 @@ def test_summary_estimates_uncounted_buckets_and_reports_age() -> None:
     assert s.counts_age == pytest.approx(4.0)
 
 
-# -- against Cassandra ---------------------------------------------------------------
+# -- against Cassandra (and a MemoryStore: ``both_stores``, conftest.py) --------------
 
 
-@pytest.fixture
-def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
-    with QueueClient(settings=keyspace) as c:
-        yield c
-
-
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_a_count_scans_a_bounded_number_of_buckets_and_converges(client: QueueClient) -> None:
     # Given a backlog over 40 buckets, far more than a count may scan
     queue = client.create_queue("backlog", bucket_size=10)
@@ -116,15 +113,15 @@ def test_a_count_scans_a_bounded_number_of_buckets_and_converges(client: QueueCl
     assert queue.stats().total == 390
 
 
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_counts_are_shared_between_processes_through_the_table(
-    keyspace: ConnectionSettings, client: QueueClient
+    backend: Backend, client: QueueClient
 ) -> None:
     queue = client.create_queue("shared", bucket_size=10)
     queue.send_batch([b"x"] * 300, delay=[0.0] * 290 + [60.0] * 10)
     assert queue.stats(exact=True).delayed == 10  # an exact count stores every bucket's count
 
-    with QueueClient(settings=keyspace) as other:  # another client: its own session and handle
+    with backend.client() as other:  # another client: its own session and handle
         theirs = other.queue("shared")
         theirs._counter.budget = 4
         s = theirs.stats()
@@ -132,7 +129,7 @@ def test_counts_are_shared_between_processes_through_the_table(
     assert (s.visible, s.delayed) == (290, 10)
 
 
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_oldest_age_is_the_age_of_the_oldest_visible_message(client: QueueClient) -> None:
     queue = client.create_queue("aging")
     assert queue.stats().oldest_age is None

@@ -1,8 +1,8 @@
 """Lanes (engine/lanes.py): a key's messages in one lane, each lane owned by one consumer.
 
 The pure logic (lane of a key, sticky lanes, the fair-share choice) runs
-without Cassandra; the rest on the shared node, with short lane periods so
-that takeovers happen within seconds.
+without Cassandra; the rest on the shared node (the ``both_stores`` ones on a
+MemoryStore too), with short lane periods so that takeovers happen within seconds.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from click.testing import CliRunner
@@ -20,7 +20,11 @@ from spark_queue.cli import main
 from spark_queue.engine.lanes import StickyLane, free_lanes, lane_of
 from spark_queue.engine.ownership import ttl_of
 
+if TYPE_CHECKING:
+    from tests.conftest import Backend
+
 cassandra = pytest.mark.cassandra
+both_stores = pytest.mark.both_stores
 
 # -- pure logic --------------------------------------------------------------------------
 
@@ -38,7 +42,7 @@ def test_a_key_that_is_not_a_string_is_refused() -> None:
         lane_of(7, 8)  # type: ignore[arg-type]
 
 
-@cassandra
+@both_stores
 def test_a_single_send_takes_one_key_and_refuses_a_list_writing_nothing(
     client: QueueClient,
 ) -> None:
@@ -71,7 +75,7 @@ def test_fair_share_offers_the_busy_lanes_nobody_owns_oldest_first() -> None:
     assert free_lanes([6, 4, 6, 5], {4: "a"}) == [6, 5]
 
 
-@cassandra
+@both_stores
 def test_lanes_setting_is_bounded(client: QueueClient) -> None:
     with pytest.raises(InvalidSetting, match="lanes 0: must be a whole number from 1 to 1024"):
         client.create_queue("no-lanes", lanes=0)
@@ -80,13 +84,7 @@ def test_lanes_setting_is_bounded(client: QueueClient) -> None:
         client.update_queue("fixed-lanes", lanes=2)
 
 
-# -- on Cassandra --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
-    with QueueClient(settings=keyspace) as c:
-        yield c
+# -- on Cassandra (and a MemoryStore: ``both_stores``, conftest.py) -------------------------
 
 
 def stored_lanes(client: QueueClient, name: str) -> dict[int, int | None]:
@@ -99,7 +97,7 @@ def stored_lanes(client: QueueClient, name: str) -> dict[int, int | None]:
     return {row[0]: row[1] for row in rows}
 
 
-@cassandra
+@both_stores
 def test_a_keys_messages_share_its_lane_and_arrive_in_order(client: QueueClient) -> None:
     # Given messages of two keys, interleaved, and keyless ones from this thread
     queue = client.create_queue("keyed", lanes=8)
@@ -122,10 +120,10 @@ def test_a_keys_messages_share_its_lane_and_arrive_in_order(client: QueueClient)
     assert all(seq == sorted(seq) for seq in by_key.values())
 
 
-@cassandra
+@both_stores
 @pytest.mark.parametrize("consumers", [2, 3])
 def test_competing_consumers_own_different_lanes_and_keep_each_keys_order(
-    keyspace: ConnectionSettings, client: QueueClient, consumers: int
+    backend: Backend, client: QueueClient, consumers: int
 ) -> None:
     # Given 300 messages of three keys in three different lanes
     name = f"share-{consumers}"
@@ -142,7 +140,7 @@ def test_competing_consumers_own_different_lanes_and_keep_each_keys_order(
     start = threading.Barrier(consumers)
 
     def consume() -> None:
-        with QueueClient(settings=keyspace) as own:
+        with backend.client() as own:
             handle = own.queue(name)
             start.wait()
             idle_since = time.monotonic()
@@ -181,13 +179,13 @@ def test_competing_consumers_own_different_lanes_and_keep_each_keys_order(
     assert len(owned) == consumers and sum(1 for lanes in owned if lanes) >= 2, owned
 
 
-@cassandra
+@both_stores
 def test_closing_a_client_gives_its_lanes_to_the_next_consumer_at_once(
-    keyspace: ConnectionSettings, client: QueueClient
+    backend: Backend, client: QueueClient
 ) -> None:
     queue = client.create_queue("handover", lanes=4, visibility_timeout=0.5)
     ids = queue.send_batch([b"a", b"b", b"c"], key="k")
-    with QueueClient(settings=keyspace) as first:
+    with backend.client() as first:
         (one,) = first.queue("handover").receive(1)
         first.queue("handover").ack(one.receipt)
     # the first client closed: its lane is free now, not after its period
@@ -197,15 +195,15 @@ def test_closing_a_client_gives_its_lanes_to_the_next_consumer_at_once(
     assert time.monotonic() - began < 5.0  # not after a lane period (10 s): at its first look
 
 
-@cassandra
+@both_stores
 def test_a_consumer_that_stops_renewing_loses_its_lanes_after_the_period(
-    keyspace: ConnectionSettings, client: QueueClient
+    backend: Backend, client: QueueClient
 ) -> None:
     # Given a consumer owning a lane for 2 s periods, that stops (no close, no renewal)
     period = 2.0
     queue = client.create_queue("takeover", lanes=4, visibility_timeout=60)
     ids = queue.send_batch([str(i).encode() for i in range(20)], key="k")
-    gone = QueueClient(settings=keyspace)
+    gone = backend.client()
     stopped = gone.queue("takeover")
     stopped.lanes.period = period
     first = stopped.receive(5)

@@ -80,3 +80,14 @@ def test_the_public_api_is_exactly_all() -> None:
     modules_of_the_package |= {"defaults", "engine", "store", "ops", "spark", "cli", "bench"}
     modules_of_the_package |= {"local", "annotations"}
     assert public - modules_of_the_package == set(spark_queue.__all__) - {"__version__"}
+
+
+def test_the_module_map_names_every_module() -> None:
+    """docs/architecture.md is the one module map: a module missing from it is a map out of date."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    missing = [
+        str(p.relative_to(ROOT))
+        for p in modules()
+        if p.stem not in ("__init__", "__main__") and f"`{p.name}`" not in page
+    ]
+    assert not missing, f"modules missing from docs/architecture.md's module map: {missing}"

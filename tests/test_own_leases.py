@@ -10,16 +10,19 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-from spark_queue import ConnectionSettings, QueueClient, StaleReceipt
+from spark_queue import QueueClient, StaleReceipt
 from spark_queue.defaults import ACK_PLAIN_MARGIN, MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_LIMIT
 from spark_queue.engine import receiving as receiving_module
 from spark_queue.engine.lease_memory import MAX_OWN, PRUNE_EVERY, OwnLeases
 from spark_queue.store.message_values import LeaseCheck
 from tests.helpers import count_ack_paths
+
+if TYPE_CHECKING:
+    from tests.conftest import Backend
 
 
 def _check(message_id: int, lease: int = 7) -> LeaseCheck:
@@ -89,16 +92,10 @@ def test_read_ahead_is_bounded_by_receives_and_by_bytes() -> None:
     assert receiving_module.scan_limit(10, MAX_MESSAGE_BYTES_LIMIT) == 10
 
 
-# -- against Cassandra ----------------------------------------------------------------
+# -- against Cassandra (and a MemoryStore: ``both_stores``, conftest.py) --------------
 
 
-@pytest.fixture
-def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
-    with QueueClient(settings=keyspace) as c:
-        yield c
-
-
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_ack_of_an_own_lease_is_a_plain_write_and_a_second_ack_is_stale(
     client: QueueClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -116,9 +113,9 @@ def test_ack_of_an_own_lease_is_a_plain_write_and_a_second_ack_is_stale(
     assert paths["conditional"] == 1
 
 
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_receipts_the_handle_cannot_vouch_for_take_the_checked_path(
-    client: QueueClient, keyspace: ConnectionSettings, monkeypatch: pytest.MonkeyPatch
+    client: QueueClient, backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queue = client.create_queue("vouch", visibility_timeout=30)
     queue.send_batch([b"moved", b"elsewhere", b"near"])
@@ -130,7 +127,7 @@ def test_receipts_the_handle_cannot_vouch_for_take_the_checked_path(
     with pytest.raises(StaleReceipt):
         queue.ack(moved.receipt)  # the receipt before change_visibility: stale, as always
     queue.ack_batch([extended, near_receipt])
-    with QueueClient(settings=keyspace) as other:  # another handle never leased it
+    with backend.client() as other:  # another handle never leased it
         other_queue = other.queue("vouch")
         other_paths = count_ack_paths(other_queue, monkeypatch)
         other_queue.ack(elsewhere.receipt)
@@ -139,7 +136,7 @@ def test_receipts_the_handle_cannot_vouch_for_take_the_checked_path(
     assert queue.stats(exact=True).total == 0
 
 
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_an_own_lease_near_its_deadline_or_with_the_path_off_is_checked(
     client: QueueClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -157,7 +154,7 @@ def test_an_own_lease_near_its_deadline_or_with_the_path_off_is_checked(
     assert queue.stats(exact=True).total == 0
 
 
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_a_lane_scan_reads_ahead_for_the_next_receives_in_order(
     client: QueueClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -187,7 +184,7 @@ def test_a_lane_scan_reads_ahead_for_the_next_receives_in_order(
     assert len(scans) == 2
 
 
-@pytest.mark.cassandra
+@pytest.mark.both_stores
 def test_threads_sharing_one_handle_never_deliver_a_message_twice(
     client: QueueClient,
 ) -> None:

@@ -1,18 +1,16 @@
-"""The queue engine against a real Cassandra node: semantics of DESIGN.md section 3."""
+"""The queue engine on Cassandra (and a MemoryStore): the semantics of DESIGN.md section 3."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from spark_queue import (
-    ConnectionSettings,
     InvalidMessage,
     InvalidSetting,
     MessageTooLarge,
@@ -27,18 +25,18 @@ from spark_queue.queue import Queue
 from spark_queue.store.message_values import now_ms
 from tests.helpers import drain
 
-pytestmark = pytest.mark.cassandra
+if TYPE_CHECKING:
+    from tests.conftest import Backend
 
-
-@pytest.fixture
-def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
-    with QueueClient(settings=keyspace) as c:
-        yield c
+# Every test runs on Cassandra (a ``cassandra`` test); those marked ``both_stores``
+# run on a MemoryStore as well (conftest.py's ``client`` and ``backend``).
+both_stores = pytest.mark.both_stores
 
 
 # -- send, receive, ack ------------------------------------------------------------
 
 
+@both_stores
 def test_round_trip_keeps_payload_headers_and_order(client: QueueClient) -> None:
     queue = client.create_queue("orders", bucket_size=7)
     ids = [queue.send(f"order-{i}", headers={"n": str(i)}) for i in range(20)]
@@ -56,6 +54,7 @@ def test_round_trip_keeps_payload_headers_and_order(client: QueueClient) -> None
     assert queue.stats().total == 0
 
 
+@both_stores
 def test_single_consumer_with_order_hint_one_receives_in_send_order(client: QueueClient) -> None:
     queue = client.create_queue("ordered", bucket_size=10, order_hint=1)
     queue.send_batch([str(i) for i in range(95)])
@@ -65,6 +64,7 @@ def test_single_consumer_with_order_hint_one_receives_in_send_order(client: Queu
     assert received == list(range(95))
 
 
+@both_stores
 def test_larger_order_hint_still_delivers_everything_once(client: QueueClient) -> None:
     queue = client.create_queue("loose", bucket_size=10, order_hint=5)
     queue.send_batch([str(i) for i in range(60)])
@@ -75,6 +75,7 @@ def test_larger_order_hint_still_delivers_everything_once(client: QueueClient) -
     assert received != list(range(60))  # K=5 picks at random among the oldest 20
 
 
+@both_stores
 def test_send_batch_is_all_or_nothing_on_bad_input(client: QueueClient) -> None:
     queue = client.create_queue("strict", max_message_bytes=10)
 
@@ -98,6 +99,7 @@ def test_send_batch_is_all_or_nothing_on_bad_input(client: QueueClient) -> None:
 # -- visibility timeout, receipts ----------------------------------------------------------
 
 
+@both_stores
 def test_unacked_message_reappears_after_visibility_timeout(client: QueueClient) -> None:
     queue = client.create_queue("vt", visibility_timeout=0.5)
     queue.send(b"job")
@@ -116,6 +118,7 @@ def test_unacked_message_reappears_after_visibility_timeout(client: QueueClient)
     assert queue.stats().total == 0
 
 
+@both_stores
 def test_stale_receipts_change_nothing_and_valid_ones_are_acked(client: QueueClient) -> None:
     queue = client.create_queue("acks", bucket_size=3)
     queue.send_batch([b"a", b"b", b"c", b"d"])
@@ -132,6 +135,7 @@ def test_stale_receipts_change_nothing_and_valid_ones_are_acked(client: QueueCli
         queue.ack("garbage")
 
 
+@both_stores
 def test_change_visibility_extends_and_releases(client: QueueClient) -> None:
     queue = client.create_queue("cv", visibility_timeout=0.5)
     queue.send(b"slow")
@@ -151,6 +155,7 @@ def test_change_visibility_extends_and_releases(client: QueueClient) -> None:
     queue.ack(again.receipt)
 
 
+@both_stores
 def test_competing_consumers_each_message_acked_exactly_once(client: QueueClient) -> None:
     # Given 300 messages and 4 consumers that all start at the same instant with K=1
     queue = client.create_queue("race", bucket_size=50, order_hint=1, visibility_timeout=60)
@@ -186,6 +191,7 @@ def test_competing_consumers_each_message_acked_exactly_once(client: QueueClient
     assert queue.stats().total == 0
 
 
+@both_stores
 def test_peek_does_not_lease(client: QueueClient) -> None:
     queue = client.create_queue("peek")
     queue.send_batch([b"1", b"2", b"3"])
@@ -201,6 +207,7 @@ def test_peek_does_not_lease(client: QueueClient) -> None:
 # -- delay, TTL, dead letters ----------------------------------------------------------------
 
 
+@both_stores
 def test_delayed_message_is_invisible_until_its_delay_passes(client: QueueClient) -> None:
     queue = client.create_queue("delay")
     queue.send(b"later", delay=1.0)
@@ -222,6 +229,7 @@ def test_expired_messages_are_not_delivered(client: QueueClient) -> None:
     assert queue.stats().total == 0
 
 
+@both_stores
 def test_message_past_max_deliveries_moves_to_dead_letter_queue(client: QueueClient) -> None:
     dead_letters = client.create_queue("orders-dlq")
     queue = client.create_queue(
@@ -246,6 +254,7 @@ def test_message_past_max_deliveries_moves_to_dead_letter_queue(client: QueueCli
     assert queue.stats().total == 0
 
 
+@both_stores
 def test_max_deliveries_without_dead_letter_queue_is_rejected(client: QueueClient) -> None:
     with pytest.raises(InvalidSetting, match="max_deliveries 3: needs dead_letter_queue"):
         client.create_queue("nodlq", max_deliveries=3)
@@ -257,6 +266,7 @@ def test_max_deliveries_without_dead_letter_queue_is_rejected(client: QueueClien
 # -- queue life cycle --------------------------------------------------------------------------
 
 
+@both_stores
 def test_create_open_list_delete(client: QueueClient) -> None:
     client.create_queue("b")
     client.create_queue("a", bucket_size=5, visibility_timeout=2.5)
@@ -273,6 +283,7 @@ def test_create_open_list_delete(client: QueueClient) -> None:
     assert client.list_queues() == ["b"]
 
 
+@both_stores
 def test_recreated_queue_never_shows_old_messages(client: QueueClient) -> None:
     old = client.create_queue("reborn", bucket_size=4)
     old.send_batch([b"old"] * 10)
@@ -288,6 +299,7 @@ def test_recreated_queue_never_shows_old_messages(client: QueueClient) -> None:
         old.send(b"into the void")
 
 
+@both_stores
 def test_purge_removes_everything_present(client: QueueClient) -> None:
     queue = client.create_queue("purge", bucket_size=5)
     queue.send_batch([b"x"] * 12)
@@ -300,6 +312,7 @@ def test_purge_removes_everything_present(client: QueueClient) -> None:
     assert drain(queue) == [b"after"]
 
 
+@both_stores
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
@@ -319,6 +332,7 @@ def test_invalid_queue_settings_are_rejected_and_nothing_is_created(
     assert client.list_queues() == []
 
 
+@both_stores
 def test_invalid_names_and_receive_arguments(client: QueueClient) -> None:
     with pytest.raises(InvalidSetting, match="queue name 'no spaces'"):
         client.create_queue("no spaces")
@@ -334,6 +348,7 @@ def test_invalid_names_and_receive_arguments(client: QueueClient) -> None:
 # -- review defects (issue 7, section 3) -------------------------------------------------------
 
 
+@both_stores
 @pytest.mark.parametrize("buckets", [None, [0]], ids=["shared", "named-buckets"])
 def test_message_acked_between_scan_and_lease_is_not_handed_out_again(
     client: QueueClient, buckets: list[int] | None, monkeypatch: pytest.MonkeyPatch
@@ -371,6 +386,7 @@ def test_message_acked_between_scan_and_lease_is_not_handed_out_again(
     assert again == []
 
 
+@both_stores
 def test_acked_message_is_not_moved_to_dead_letters(client: QueueClient) -> None:
     dead_letters = client.create_queue("acked-dlq")
     queue = client.create_queue(
@@ -393,8 +409,9 @@ def test_acked_message_is_not_moved_to_dead_letters(client: QueueClient) -> None
     assert queue.stats().total == 0
 
 
+@both_stores
 def test_two_consumers_racing_move_a_message_to_dead_letters_once(
-    keyspace: ConnectionSettings, client: QueueClient
+    backend: Backend, client: QueueClient
 ) -> None:
     dead_letters = client.create_queue("race-dlq")
     client.create_queue(
@@ -407,7 +424,7 @@ def test_two_consumers_racing_move_a_message_to_dead_letters_once(
     # Only a lane's owner receives from it, so two consumers both decide to move
     # one message only when the lane changes owner between a scan and the move:
     # both then move what they scanned, at the same moment.
-    with QueueClient(settings=keyspace) as other:
+    with backend.client() as other:
         handles = [first_handle, other.queue("race-poison")]
         now = now_ms()
         scanned = first_handle.buckets.scan_candidates(0, now, 10)

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,19 +22,14 @@ from spark_queue.engine.redrive import HEADER_REDRIVES, redriven_headers
 from spark_queue.queue import Queue
 from tests.helpers import drain_deliveries
 
-pytestmark = pytest.mark.cassandra
+# The tests marked ``both_stores`` run on a MemoryStore too (conftest.py's ``client``).
+both_stores = pytest.mark.both_stores
 
 
 @pytest.fixture
 def keyspace(shared_keyspace: ConnectionSettings) -> ConnectionSettings:
     """This module's tests share one keyspace, emptied of queues after each."""
     return shared_keyspace
-
-
-@pytest.fixture
-def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
-    with QueueClient(settings=keyspace) as c:
-        yield c
 
 
 def connection(settings: ConnectionSettings) -> list[str]:
@@ -63,6 +57,7 @@ def test_headers_lose_the_dead_letter_ones_and_count_redrives() -> None:
     assert redriven_headers({HEADER_REDRIVES: "4"}) == {HEADER_REDRIVES: "5"}
 
 
+@both_stores
 def test_redrive_sends_dead_letters_back_to_their_source(client: QueueClient) -> None:
     dead = dead_letters(client, 5)
     assert dead.stats().visible == 5
@@ -78,6 +73,7 @@ def test_redrive_sends_dead_letters_back_to_their_source(client: QueueClient) ->
     assert dead.stats().total == 0
 
 
+@both_stores
 def test_messages_without_a_source_stay_unless_sent_somewhere(client: QueueClient) -> None:
     dead = client.create_queue("dead")
     client.create_queue("feeds-dead", max_deliveries=3, dead_letter_queue="dead")
@@ -96,6 +92,7 @@ def test_messages_without_a_source_stay_unless_sent_somewhere(client: QueueClien
     assert sorted(p for p, _ in drain(other)) == [b"gone source", b"no source"]
 
 
+@both_stores
 def test_a_run_that_dies_between_sends_and_ack_sends_nothing_twice(
     client: QueueClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -120,6 +117,7 @@ def test_a_run_that_dies_between_sends_and_ack_sends_nothing_twice(
     assert back == Counter({b"order %d" % i: 1 for i in range(20)})
 
 
+@pytest.mark.cassandra
 def test_bdq_dlq_redrive_killed_midway_and_run_again_moves_each_once(
     keyspace: ConnectionSettings, client: QueueClient
 ) -> None:
@@ -156,6 +154,7 @@ def test_bdq_dlq_redrive_killed_midway_and_run_again_moves_each_once(
     assert dead.stats().total == 0
 
 
+@pytest.mark.cassandra
 def test_bdq_peek_of_a_dead_letter_queue_says_why(
     keyspace: ConnectionSettings, client: QueueClient
 ) -> None:

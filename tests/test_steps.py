@@ -1,26 +1,20 @@
-"""Replayable receives and idempotent sends: what the Spark connector stands on."""
+"""Replayable receives and idempotent sends: what the Spark connector stands on (both stores)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from spark_queue import ConnectionSettings, QueueClient, SparkQueueError
+from spark_queue import QueueClient, SparkQueueError
 from spark_queue.errors import BackendUnavailable
 from spark_queue.queue import Queue
 from spark_queue.store.journal import Journal
 from spark_queue.store.send_log import SendLog, SendState
 
-pytestmark = pytest.mark.cassandra
-
-
-@pytest.fixture
-def client(keyspace: ConnectionSettings) -> Iterator[QueueClient]:
-    with QueueClient(settings=keyspace) as c:
-        yield c
+# Each test runs on a MemoryStore and on Cassandra (conftest.py's ``client``).
+pytestmark = pytest.mark.both_stores
 
 
 def payloads_of(queue: Queue) -> list[bytes]:
