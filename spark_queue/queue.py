@@ -1,11 +1,8 @@
 """The queue as its users call it: send, receive, ack, change visibility, peek, stats, purge.
 
 ``Queue`` is a thin front over the engine (``spark_queue.engine``), one module per
-idea; the module map is in docs/architecture.md, and nowhere else.
-
-A message's life cycle (BlueDove's visibility timeouts, CassieQ's buckets),
-how acks pick their path and how lanes keep competing consumers apart are
-told in docs/architecture.md.
+idea. docs/architecture.md holds the module map, a message's life cycle, how acks
+pick their path and how lanes keep competing consumers apart.
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.engine.receipts import ReceiptActions
 from spark_queue.engine.receiving import Receiver
 from spark_queue.engine.redrive import RedriveResult, redrive
-from spark_queue.engine.sending import Headers, Keys, Payload, Sender
+from spark_queue.engine.sending import Headers, Keys, Outgoing, Payload, Sender
 from spark_queue.engine.step_journal import Steps
 from spark_queue.engine.steps import QueueSteps
 from spark_queue.errors import (
@@ -59,15 +56,11 @@ class Queue:
         settings: Its settings, re-read every ``SETTINGS_REFRESH`` s (see
             ``QueueClient.update_queue``).
         buckets: Its bucket store (the CQL of its messages, pointers and sequence).
-        plain_acks: Whether acks use a read and a plain write while the lease
-            surely holds instead of a Paxos round (``store/acks.py``). Off by default:
-            on one node the Paxos round is the cheaper ack (measured), and on
-            several nodes the plain ack is not measured yet.
-        ack_own_leases: Whether a receipt this handle leased itself is acked with
-            a plain write and no read while ``ACK_PLAIN_MARGIN`` seconds of its
-            lease are left (``engine/lease_memory.py``). On by default; turn it off when
-            one receipt is used through several handles (``change_visibility``
-            on one, ``ack`` on another).
+        plain_acks: Acks as a read and a plain write while the lease surely holds
+            (``store/acks.py``). Off: on one node the Paxos round is cheaper (measured).
+        ack_own_leases: A receipt this handle leased itself is acked with a plain
+            write and no read while ``ACK_PLAIN_MARGIN`` s of its lease are left.
+            On; turn it off when one receipt goes through several handles.
     """
 
     def __init__(
@@ -243,9 +236,7 @@ class Queue:
             delay: Seconds before visibility: one value, or one per message.
             key: The unit of order (see ``send``): one key, or one per message.
         """
-        ids = self._sending.write(self._sending.check_batch(payloads, headers, delay, key))
-        self._counts.sent.inc(len(ids))
-        return ids
+        return self.send_checked(self._sending.check_batch(payloads, headers, delay, key))
 
     def check_batch(
         self,
@@ -255,12 +246,23 @@ class Queue:
         *,
         key: Keys = None,
         position: Callable[[int], str] | None = None,
-    ) -> None:
-        """Check a batch as ``send_batch`` does, and write nothing (a sink checks all first).
+    ) -> list[Outgoing]:
+        """Check a batch as ``send_batch`` does, writing nothing; ``send_checked`` sends it.
 
+        For a caller that checks all its batches before sending any (the sink).
         ``position`` names message ``i`` in the error (" (row 7 of partition 2)").
         """
-        self._sending.check_batch(payloads, headers, delay, key, position)
+        return self._sending.check_batch(payloads, headers, delay, key, position)
+
+    def send_checked(
+        self, outgoing: Sequence[Outgoing], once: tuple[str, int, int, int] | None = None
+    ) -> list[int]:
+        """Send ``check_batch``'s messages; with ``once``, once per (writer, step, part, chunk)."""
+        if once is not None:
+            return self._sending.send_once(*once, outgoing)
+        ids = self._sending.write(outgoing)
+        self._counts.sent.inc(len(ids))
+        return ids
 
     def send_batch_once(
         self,
@@ -289,7 +291,7 @@ class Queue:
             SparkQueueError: The repeat carries a different number of messages.
         """
         outgoing = self._sending.check_batch(payloads, headers, delay, key)
-        return self._sending.send_once(writer, step, part, chunk, outgoing)
+        return self.send_checked(outgoing, (writer, step, part, chunk))
 
     # -- receive -------------------------------------------------------------------
 
@@ -350,9 +352,7 @@ class Queue:
         self._receiving.lanes.release_all()
 
     def visible_buckets(self, max_buckets: int, below: int | None = None) -> list[int]:
-        """Live buckets holding at least one visible message, oldest first.
-
-        Cheap enough to poll: buckets found idle are skipped for a while.
+        """Live buckets holding a visible message, oldest first; cheap to poll (idle ones skipped).
 
         Args:
             max_buckets: Most buckets to return.

@@ -197,7 +197,7 @@ def redrive(
             refusals = list(pool.map(lambda pair: _send_back(writer, *pair), movable))
             for (d, target), refusal in zip(movable, refusals, strict=True):
                 if refusal is not None:
-                    _leave(result, left_ids, d, f"refused by queue {target.name!r}: {refusal}")
+                    _leave(result, left_ids, d, f"refused by queue {target.name!r}", refusal)
             movable = [pair for pair, refusal in zip(movable, refusals, strict=True) if not refusal]
             # Acked only after every send returned: a crash before leaves them to the next run.
             dead_letters.ack_batch([d.receipt for d, _ in movable], strict=False)
@@ -230,11 +230,17 @@ def _send_back(writer: str, dead_letter: Delivery, target: RedriveTarget) -> str
     return None
 
 
-def _leave(result: RedriveResult, left: dict[int, str], dead_letter: Delivery, why: str) -> None:
+def _leave(
+    result: RedriveResult,
+    left: dict[int, str],
+    dead_letter: Delivery,
+    reason: str,
+    detail: str | None = None,
+) -> None:
     """Count a dead letter this run leaves behind, and keep its receipt to show it again."""
     left[dead_letter.id] = dead_letter.receipt
-    result.left[why.split(": ", 1)[0] if why.startswith("refused") else why] += 1
-    result.left_messages[dead_letter.id] = why
+    result.left[reason] += 1
+    result.left_messages[dead_letter.id] = reason if detail is None else f"{reason}: {detail}"
 
 
 def _show_again(dead_letters: DeadLetterSource, receipts: Iterable[str]) -> None:

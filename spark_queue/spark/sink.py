@@ -51,7 +51,6 @@ from pyspark.sql.types import (
 )
 
 from spark_queue.errors import InvalidSetting
-from spark_queue.queue import Queue
 from spark_queue.spark.options import SinkOptions
 from spark_queue.spark.worker_handles import open_queue
 
@@ -137,43 +136,26 @@ def write_batches(
     # Every row of the task is checked before the first is sent: a bad row
     # late in a partition must not fail the task after earlier chunks are visible.
     queues = {name: open_queue(options.connection, name) for name in pending}
-    chunks = {name: rows.chunks(CHUNK_ROWS) for name, rows in pending.items()}
-    for name, queue_chunks in chunks.items():
-        for rows in queue_chunks:
-            queue = queues[name]
-            queue.check_batch(
+    checked = {
+        name: [
+            queues[name].check_batch(
                 rows.payloads,
                 headers=rows.headers,
                 delay=rows.delays if rows.delays is not None else 0.0,
                 key=rows.keys,
                 position=rows.position(part),
             )
+            for rows in pending[name].chunks(CHUNK_ROWS)
+        ]
+        for name in pending
+    }
     sent = SinkCommit(part)
-    for name, queue_chunks in chunks.items():
-        for chunk, rows in enumerate(queue_chunks):
-            _send(queues[name], rows, writer, step, part, chunk)
-        sent.sent[name] = sum(len(rows.payloads) for rows in queue_chunks)
+    for name, chunks in checked.items():
+        for chunk, outgoing in enumerate(chunks):
+            once = None if writer is None else (writer, step or 0, part, chunk)
+            queues[name].send_checked(outgoing, once)
+        sent.sent[name] = sum(len(outgoing) for outgoing in chunks)
     return sent
-
-
-def _send(
-    queue: Queue, rows: _Rows, writer: str | None, step: int | None, part: int, chunk: int
-) -> None:
-    """Send one checked chunk: plainly, or once per (writer, step, part, chunk)."""
-    delays: float | list[float] = rows.delays if rows.delays is not None else 0.0
-    if writer is None:
-        queue.send_batch(rows.payloads, headers=rows.headers, delay=delays, key=rows.keys)
-        return
-    queue.send_batch_once(
-        writer,
-        step or 0,
-        part,
-        rows.payloads,
-        headers=rows.headers,
-        delay=delays,
-        chunk=chunk,
-        key=rows.keys,
-    )
 
 
 @dataclass

@@ -9,6 +9,9 @@ The first record of a part wins: it is a conditional insert (``IF NOT
 EXISTS``), so two attempts of one part running at once (a zombie task, a
 speculative one, a re-attempted stage) cannot overwrite each other's record
 whatever their clocks say, and the loser learns what the winner recorded.
+An attempt paused past its leases that records after its step was acked and
+forgotten writes a record nobody reads (it expires with the table's TTL); the
+messages it leased come back when their leases end: a duplicate, not a loss.
 """
 
 from __future__ import annotations
