@@ -37,8 +37,9 @@ def seal_and_drop(queue: Queue) -> tuple[int, int]:
     return queue.maintain()
 
 
+@pytest.mark.parametrize("once", [False, True], ids=["send", "send-once"])
 def test_write_delayed_past_the_seal_is_sent_again_not_lost(
-    clients: tuple[QueueClient, QueueClient],
+    clients: tuple[QueueClient, QueueClient], once: bool
 ) -> None:
     a, b = clients
     b.create_queue("repair", bucket_size=10, seal_delay=SEAL_DELAY)
@@ -53,7 +54,14 @@ def test_write_delayed_past_the_seal_is_sent_again_not_lost(
 
     slow.buckets.insert = held_insert  # type: ignore[method-assign]
     result: list[int] = []
-    writer = threading.Thread(target=lambda: result.append(slow.send(b"late")))
+
+    def send() -> None:
+        if once:  # the repaired ids replace the reserved ones in the send log
+            result.append(slow.send_batch_once("w", 1, 0, [b"late"])[0])
+        else:
+            result.append(slow.send(b"late"))
+
+    writer = threading.Thread(target=send)
     writer.start()
     deadline = time.monotonic() + 30
     while slow._sending.ids.high_water == 0:  # wait until A holds its block (ids 0..15)
@@ -73,6 +81,9 @@ def test_write_delayed_past_the_seal_is_sent_again_not_lost(
     # Then A noticed the seal and sent the message again under a new id, and it is delivered
     assert result and result[0] >= 16
     assert drain(fast) == [b"late"]
+    if once:  # a retry of the same send finds it done, under the repaired id
+        assert fast.send_batch_once("w", 1, 0, [b"late"]) == result
+        assert drain(fast) == []
 
 
 def test_write_landing_just_before_the_seal_is_delivered(

@@ -4,31 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from spark_queue.engine.sending import SendOncePlan
-from spark_queue.store.send_log import SendState
+from spark_queue.engine.sending import write_timestamp
+from spark_queue.store.message_values import now_ms
+from spark_queue.store.send_log import SendRecord, SendState
 
 
-@pytest.mark.parametrize(
-    ("state", "write", "release", "only_pending"),
-    [
-        (SendState.RESERVED, True, True, False),  # new, or died mid-write: write it all again
-        (SendState.WRITTEN, False, True, True),  # died around the release: finish it safely
-        (SendState.DONE, False, False, False),  # done: a repeat changes nothing
-    ],
-)
-def test_send_once_plan_after_each_recorded_state(
-    state: SendState, write: bool, release: bool, only_pending: bool
-) -> None:
-    plan = SendOncePlan.after(state)
+def test_every_attempt_of_a_send_writes_at_the_first_attempts_time() -> None:
+    record = SendRecord(SendState.STAMPED, [1, 2], 1_700_000_000_123)
 
-    assert (plan.write, plan.release, plan.release_only_pending) == (write, release, only_pending)
+    assert write_timestamp(record) == 1_700_000_000_123_000
+    assert write_timestamp(record._replace(ids=[3, 4])) == write_timestamp(record)
 
 
-def test_a_first_release_may_be_plain_but_a_repeated_one_never_resets_held_messages() -> None:
-    # The first attempt releases messages nobody can see yet; any later one might
-    # find a consumer holding one, and must leave its lease alone.
-    first = SendOncePlan.after(SendState.RESERVED)
-    repeat = SendOncePlan.after(SendState.WRITTEN)
-
-    assert first.release and not first.release_only_pending
-    assert repeat.release and repeat.release_only_pending
+@pytest.mark.parametrize("state", [SendState.RESERVED, SendState.WRITTEN])
+def test_a_record_of_an_earlier_version_is_finished_at_this_hosts_clock(state: SendState) -> None:
+    # Its rows carry the clock of the host that wrote them, not the recorded time.
+    before = now_ms() * 1000
+    stamp = write_timestamp(SendRecord(state, [1], 1_000))
+    assert before <= stamp <= now_ms() * 1000

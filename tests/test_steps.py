@@ -11,7 +11,7 @@ from spark_queue import QueueClient, SparkQueueError
 from spark_queue.errors import BackendUnavailable
 from spark_queue.queue import Queue
 from spark_queue.store.journal import Journal
-from spark_queue.store.send_log import SendLog, SendState
+from spark_queue.store.send_log import SendLog
 
 # Each test runs on a MemoryStore and on Cassandra (conftest.py's ``client``).
 pytestmark = pytest.mark.both_stores
@@ -109,13 +109,13 @@ def test_send_once_crashing_mid_write_is_finished_by_the_retry(client: QueueClie
     original = queue.buckets.insert
     calls = 0
 
-    def half_then_crash(messages: Any, now: int) -> None:
+    def half_then_crash(messages: Any, now: int, **kwargs: Any) -> None:
         nonlocal calls
         calls += 1
         if calls == 1:
-            original(messages[: len(messages) // 2], now)
+            original(messages[: len(messages) // 2], now, **kwargs)
             raise BackendUnavailable("injected: connection lost mid-write")
-        original(messages, now)
+        original(messages, now, **kwargs)
 
     queue.buckets.insert = half_then_crash  # type: ignore[method-assign]
     batch = [str(i).encode() for i in range(10)]
@@ -161,19 +161,17 @@ def test_send_once_retried_after_release_keeps_deliveries_already_held(
 ) -> None:
     # Given a send-once that released its messages, then died before recording DONE
     queue = client.create_queue("once-held")
-    original = SendLog.write
+    original = SendLog.mark_done
 
     def crash_on_done(self: SendLog, *args: Any) -> None:
-        if args[4] is SendState.DONE:
-            raise BackendUnavailable("injected: driver died before recording DONE")
-        original(self, *args)
+        raise BackendUnavailable("injected: driver died before recording DONE")
 
-    SendLog.write = crash_on_done  # type: ignore[method-assign]
+    SendLog.mark_done = crash_on_done  # type: ignore[method-assign, assignment]
     try:
         with pytest.raises(BackendUnavailable):
             queue.send_batch_once("w", 4, 0, [b"held", b"free"])
     finally:
-        SendLog.write = original  # type: ignore[method-assign]
+        SendLog.mark_done = original  # type: ignore[method-assign]
     # and a consumer took one of them meanwhile
     (held,) = queue.receive(1)
 

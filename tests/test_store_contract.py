@@ -213,8 +213,6 @@ def test_take_change_visibility_renew_and_release_refuse_stale_leases(store: Sto
     buckets.ack([check(0, 2, 6, now)], now)
     assert buckets.renew_leases([check(0, 0, 5, now), check(0, 2, 6, now)], now + 1, now) == {2}
     assert buckets.renew_leases([check(0, 1, 6, now)], now + 1, now) == {1}
-    # release_pending: only never-delivered messages (lease 0)
-    assert buckets.release_pending([lease(0, 3, 0, now), lease(0, 0, 0, now)], now) == {(0, 0)}
 
 
 def test_shared_leases_step_acks_purge_and_drop(store: Store) -> None:
@@ -306,17 +304,46 @@ def test_the_first_journal_record_of_a_part_wins_and_forget_drops_the_step(store
     assert journal.step_entries("q", 1) == [] and journal.recorded("q", 1, 0) is None
 
 
-def test_send_log_keeps_the_last_state_of_each_chunk(store: Store) -> None:
+def test_send_log_keeps_the_first_reservation_and_moves_ids_only_from_the_recorded_ones(
+    store: Store,
+) -> None:
     log = SendLog(store, uuid.uuid4())
     assert log.read("w", 3, 0, 0) is None
 
-    log.write("w", 3, 0, 0, SendState.RESERVED, [5, 6], 1_000)
-    log.write("w", 3, 0, 1, SendState.RESERVED, [7], 1_000)
-    log.write("w", 3, 0, 0, SendState.WRITTEN, [5, 6], 2_000)
+    assert log.reserve("w", 3, 0, 0, [5, 6], 1_000) == (SendState.STAMPED, [5, 6], 1_000)
+    # a later (or concurrent) attempt gets the first one's ids and time
+    assert log.reserve("w", 3, 0, 0, [8, 9], 2_000) == (SendState.STAMPED, [5, 6], 1_000)
+    assert log.reserve("w", 3, 0, 1, [7], 1_500) == (SendState.STAMPED, [7], 1_500)
 
-    assert log.read("w", 3, 0, 0) == (SendState.WRITTEN, [5, 6], 2_000)
-    assert log.read("w", 3, 0, 1) == (SendState.RESERVED, [7], 1_000)
+    assert log.move_ids("w", 3, 0, 0, [5, 6], [5, 10]) == [5, 10]
+    assert log.move_ids("w", 3, 0, 0, [5, 6], [5, 11]) == [5, 10]  # moved already: theirs hold
+    log.mark_done("w", 3, 0, 0)
+
+    assert log.read("w", 3, 0, 0) == (SendState.DONE, [5, 10], 1_000)
+    assert log.read("w", 3, 0, 1) == (SendState.STAMPED, [7], 1_500)
     assert log.read("w", 4, 0, 0) is None
+
+
+def test_the_newest_write_timestamp_wins_whatever_the_order_of_arrival(store: Store) -> None:
+    _, _, buckets = new_queue(store)
+    now = now_ms()
+    stamp = now * 1000
+    buckets.insert([message(1, now, delay=HOUR - 1)], now, timestamp=stamp)
+    buckets.write_leases_shared([lease(0, 1, 0, now - 60_000)], now, timestamp=stamp + 1)
+    buckets.insert([message(1, now, delay=HOUR - 1)], now, timestamp=stamp)  # arrives last, older
+
+    assert [m.id for m in buckets.scan_visible(0, now, 10)] == [1]
+    # a write with the driver's clock (now, after ``stamp``) beats both
+    buckets.write_leases([lease(0, 1, 7, now)], now)
+    assert buckets.scan_visible(0, now, 10) == []
+    # an ack at a later timestamp beats a later-arriving older insert
+    buckets.mark_acked([(0, 1, now + HOUR)], now, timestamp=stamp + 2)
+    buckets.insert([message(1, now)], now, timestamp=stamp)
+    assert buckets.leases_of([(0, 1)]) == {(0, 1): (7, True)}
+    # a deleted partition shadows older writes that arrive after the deletion
+    buckets.drop([0])
+    buckets.insert([message(2, now)], now, timestamp=stamp)
+    assert buckets.scan_visible(0, now, 10) == []
 
 
 def test_bucket_counts_are_scanned_written_and_read_by_range(store: Store) -> None:

@@ -17,8 +17,23 @@
   gaps that nobody waits for.
 * **Send-once.** ``send_once`` writes messages invisible under ids recorded
   in the send log, then releases them; a repeat of the same key finishes
-  what an earlier attempt started (states RESERVED -> WRITTEN -> DONE) and
-  a repeat after DONE changes nothing.
+  what an earlier attempt started, and a repeat after DONE changes nothing.
+  No step depends on the clocks of the hosts that write:
+
+  - The first attempt reserves the record with a lightweight transaction,
+    so attempts running at once (a speculative task, a zombie) agree on one
+    set of ids and on one time ``T``: the first attempt's clock.
+  - Every attempt writes the invisible rows at write timestamp ``T`` and
+    the release at ``T + 1`` (microseconds), whatever its own clock says. The
+    release therefore wins over any invisible copy, however late that copy
+    arrives, and a retried release loses to a consumer's lease or ack
+    written after it: nothing a consumer holds is reset.
+  - DONE is a plain write, a shortcut for retries only.
+
+  The remaining bound: a consumer (or, for its lightweight transactions, a
+  Cassandra node) whose clock is behind ``T`` by more than the time from
+  release to receive writes a lease or ack that loses to the release. The
+  message is then delivered again (a duplicate), never lost.
 """
 
 from __future__ import annotations
@@ -39,7 +54,7 @@ from spark_queue.errors import InvalidMessage, MessageTooLarge, SparkQueueError
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.ids import IdBlocks
 from spark_queue.store.message_values import LeaseWrite, NewMessage, now_ms
-from spark_queue.store.send_log import SendLog, SendState
+from spark_queue.store.send_log import SendLog, SendRecord, SendState
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
@@ -59,30 +74,17 @@ class Outgoing:
     lane: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class SendOncePlan:
-    """What a send-once still has to do, given the state its log records.
+def write_timestamp(record: SendRecord) -> int:
+    """The write timestamp (microseconds) of a send's invisible rows; the release is one later.
 
-    Attributes:
-        write: Write the messages (invisible) under the recorded ids.
-        release: Make them visible.
-        release_only_pending: Release only messages still pending: an earlier
-            attempt may have released them and a consumer may hold one now.
+    The first attempt's time, so that every attempt writes alike. A record of
+    an earlier version (RESERVED, WRITTEN) had its rows written at their
+    writer's clock: its retry writes at this host's, as those versions did
+    (a release then may reset a lease taken meanwhile: a duplicate at worst).
     """
-
-    write: bool
-    release: bool
-    release_only_pending: bool
-
-    @classmethod
-    def after(cls, state: SendState) -> SendOncePlan:
-        """The plan for a send whose log says ``state`` (RESERVED for a new send)."""
-        return cls(
-            write=state is SendState.RESERVED,
-            release=state is not SendState.DONE,
-            # WRITTEN is recorded before the release starts: it may have run.
-            release_only_pending=state is SendState.WRITTEN,
-        )
+    if record.state is SendState.STAMPED:
+        return record.written_at * 1000
+    return now_ms() * 1000
 
 
 class Sender:
@@ -223,6 +225,7 @@ class Sender:
         ids: Sequence[tuple[int, float]] | None = None,
         pending: bool = False,
         now: int | None = None,
+        timestamp: int | None = None,
     ) -> list[int]:
         """Write messages; return the ids they ended up under.
 
@@ -231,13 +234,17 @@ class Sender:
             ids: ``(id, requested_at)`` reserved earlier; fresh ids by default.
             pending: Keep the messages invisible until ``release`` (send-once).
             now: Their enqueue time in ms (kept across a retry of the same send).
+            timestamp: The write timestamp in microseconds (send-once); the
+                driver's by default.
         """
         self._check_alive()
         if ids is None:
             ids = self.reserve(len(outgoing))
         now = now_ms() if now is None else now
-        self._buckets.insert(self.new_messages(outgoing, ids, now, pending=pending), now_ms())
-        return self.landed(outgoing, ids, pending=pending, now=now)
+        self._buckets.insert(
+            self.new_messages(outgoing, ids, now, pending=pending), now_ms(), timestamp=timestamp
+        )
+        return self.landed(outgoing, ids, pending=pending, now=now, timestamp=timestamp)
 
     def check_one(
         self,
@@ -280,6 +287,7 @@ class Sender:
         *,
         pending: bool = False,
         now: int,
+        timestamp: int | None = None,
     ) -> list[int]:
         """After a write of ``outgoing`` under ``ids`` landed: repair it if late; return final ids.
 
@@ -295,7 +303,7 @@ class Sender:
             if done - requested_at >= self._settings().seal_delay
         ]
         if late:
-            self._repair(late, result, outgoing, pending=pending, now=now)
+            self._repair(late, result, outgoing, pending=pending, now=now, timestamp=timestamp)
         return result
 
     def _repair(
@@ -306,6 +314,7 @@ class Sender:
         *,
         pending: bool,
         now: int,
+        timestamp: int | None,
     ) -> None:
         """Send again (in place in ``ids``) the late writes whose bucket was sealed meanwhile.
 
@@ -321,15 +330,23 @@ class Sender:
             self._name,
             len(again),
         )
-        if pending:
+        if pending and timestamp is None:
             # Nobody saw these invisible copies: ack them so their bucket can go.
-            expires_at = now + self._settings().message_ttl * 1000
-            self._buckets.mark_acked(
-                [(self._buckets.bucket_of(ids[n]), ids[n], expires_at) for n in again], now_ms()
-            )
-        new_ids = self.write([outgoing[n] for n in again], pending=pending, now=now)
+            self._retire([ids[n] for n in again], now, timestamp=None)
+        new_ids = self.write(
+            [outgoing[n] for n in again], pending=pending, now=now, timestamp=timestamp
+        )
         for n, new_id in zip(again, new_ids, strict=True):
             ids[n] = new_id
+
+    def _retire(self, ids: Sequence[int], now: int, *, timestamp: int | None) -> None:
+        """Ack invisible copies nobody may receive (their bucket can go); ``now``: enqueue ms."""
+        expires_at = now + self._settings().message_ttl * 1000
+        self._buckets.mark_acked(
+            [(self._buckets.bucket_of(i), i, expires_at) for i in ids],
+            now_ms(),
+            timestamp=timestamp,
+        )
 
     # -- send-once -----------------------------------------------------------------
 
@@ -339,41 +356,47 @@ class Sender:
         """Send checked messages once per ``(writer, step, part, chunk)`` (see module doc)."""
         send_log = SendLog(self._store, self.queue_id)
         key = (writer, step, part, chunk)
-        record = send_log.read(*key)
-        if record is None:
-            now = now_ms()
-            reserved = self.reserve(len(outgoing))
-            state = SendState.RESERVED
-            send_log.write(*key, state, [i for i, _ in reserved], now)
-        else:
-            state, previous, now = record
-            if len(previous) != len(outgoing):
-                raise SparkQueueError(
-                    f"send of writer {writer!r}, step {step}, part {part}, chunk {chunk} to queue"
-                    f" {self._name!r}:"
-                    f" {len(outgoing)} messages now, {len(previous)} when first sent; a repeated"
-                    " send must carry the same messages (is the input deterministic?)"
+        fresh = self.reserve(len(outgoing))
+        record = send_log.reserve(*key, [i for i, _ in fresh], now_ms())
+        if len(record.ids) != len(outgoing):
+            raise SparkQueueError(
+                f"send of writer {writer!r}, step {step}, part {part}, chunk {chunk} to queue"
+                f" {self._name!r}:"
+                f" {len(outgoing)} messages now, {len(record.ids)} when first sent; a repeated"
+                " send must carry the same messages (is the input deterministic?)"
+            )
+        if record.state is SendState.DONE:
+            return record.ids
+        if record.ids != [i for i, _ in fresh]:  # an earlier attempt's: reserved long ago
+            fresh = [(i, float("-inf")) for i in record.ids]
+        stamp = write_timestamp(record)
+        ids = self.write(outgoing, ids=fresh, pending=True, now=record.written_at, timestamp=stamp)
+        retired: list[int] = []
+        if ids != record.ids:  # repaired: late copies in sealed buckets were sent again
+            held = send_log.move_ids(*key, record.ids, ids)
+            if held == ids:
+                retired = [old for old, new in zip(record.ids, ids, strict=True) if old != new]
+            else:  # an attempt running at once moved them first: its copies hold, not ours
+                self._retire(
+                    [i for i in ids if i not in held], record.written_at, timestamp=stamp + 2
                 )
-            reserved = [(i, float("-inf")) for i in previous]  # reserved long ago: always check
-        ids = [i for i, _ in reserved]
-        plan = SendOncePlan.after(state)
-        if plan.write:
-            ids = self.write(outgoing, ids=reserved, pending=True, now=now)
-            send_log.write(*key, SendState.WRITTEN, ids, now)
-        if plan.release:
-            self.release(ids, outgoing, now, retry=plan.release_only_pending)
-            send_log.write(*key, SendState.DONE, ids, now)
-            counters.SENT.labels(queue=self._name).inc(len(ids))
+                ids = held
+        self.release(ids, outgoing, record.written_at, stamp + 1)
+        if retired:  # only once the copies that replace them are visible
+            self._retire(retired, record.written_at, timestamp=stamp + 2)
+        send_log.mark_done(*key)
+        counters.SENT.labels(queue=self._name).inc(len(ids))
         return ids
 
     def release(
-        self, ids: Sequence[int], outgoing: Sequence[Outgoing], written_at: int, *, retry: bool
+        self, ids: Sequence[int], outgoing: Sequence[Outgoing], written_at: int, timestamp: int
     ) -> None:
         """Make pending messages visible (after their delay), as fresh, never-delivered ones.
 
-        A retry releases only what is still pending (no lease, not acked): a
-        consumer may hold a message the first attempt released, and resetting
-        its lease would fail that consumer's ack and deliver it twice.
+        At write timestamp ``timestamp``, after that of the invisible rows: the
+        release beats them in whatever order they land, and loses to a
+        consumer's lease or ack written since an earlier release, so a retry
+        resets nothing a consumer holds (see the module doc for the clock bound).
         """
         now = now_ms()
         expires_at = written_at + self._settings().message_ttl * 1000
@@ -381,10 +404,7 @@ class Sender:
             LeaseWrite(self._buckets.bucket_of(i), i, 0, now + o.delay_ms, 0, expires_at)
             for i, o in zip(ids, outgoing, strict=True)
         ]
-        if retry:
-            self._buckets.release_pending(writes, now)
-        else:  # nobody can see them yet: plain writes, one statement per bucket and delay
-            self._buckets.write_leases_shared(writes, now)
+        self._buckets.write_leases_shared(writes, now, timestamp=timestamp)
 
 
 def _per_message(name: str, value: object, count: int) -> list[object]:

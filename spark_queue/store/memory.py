@@ -22,13 +22,14 @@ subset), on tables whose cells expire by TTL on the wall clock
 Cassandra answers them (``memory_conditions.py``); a statement outside the
 subset raises ``SparkQueueError`` naming it. tests/test_store_contract.py runs
 the same assertions against this store and against Cassandra. What only
-Cassandra shows is not here: tombstones, Paxos under contention across
+Cassandra shows is not here: what tombstones cost to read, Paxos under contention across
 replicas, consistency levels, node faults, tracing (``Buckets.traced_scans``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -186,6 +187,8 @@ class MemoryStore(Store):
         self._statements: dict[str, MemoryStatement] = {}
         self._tables: dict[str, Table] = {}
         self._closed = False
+        self._micros = 0  # the last write timestamp handed out
+        self._offset_micros = 0
         self.ensure_schema()
 
     def __repr__(self) -> str:
@@ -194,6 +197,18 @@ class MemoryStore(Store):
     def close(self) -> None:
         """Refuse statements from now on, as a shut-down driver does."""
         self._closed = True
+
+    def with_clock_offset(self, seconds: float) -> MemoryStore:
+        """This keyspace, seen from a host whose clock is ``seconds`` ahead (behind if < 0).
+
+        Statements through the returned store write with timestamps shifted by
+        ``seconds``, as a driver's timestamp generator on that host would;
+        TTLs and ``toTimestamp(now())`` stay the server's. For tests of what
+        clock skew between writers does.
+        """
+        skewed = copy.copy(self)
+        skewed._offset_micros = self._offset_micros + int(seconds * 1_000_000)
+        return skewed
 
     # -- schema ----------------------------------------------------------------------
 
@@ -283,7 +298,9 @@ class MemoryStore(Store):
             statement = self.prepare(statement)
         with self._lock, self._answering(what):
             now = time.time()
-            clock = Clock(int(now * 1000), int(now))
+            # Unique and increasing, as the driver's timestamp generator makes them.
+            self._micros = max(self._micros + 1, int(now * 1_000_000))
+            clock = Clock(int(now * 1000), int(now), self._micros + self._offset_micros)
             if isinstance(statement, MemoryBatch):
                 if params:
                     raise Refused("a batch takes its values from its statements, not params")

@@ -4,7 +4,7 @@
 modules issue, not CQL at large: ``SELECT`` of columns, ``*``, ``toUnixTimestamp``,
 ``min``, ``max`` and ``count(*)`` with ``WHERE`` relations (``=``, ``<``, ``<=``,
 ``>``, ``>=``, ``IN``), ``LIMIT`` and ``ALLOW FILTERING``; ``INSERT`` with ``IF
-NOT EXISTS`` and ``USING TTL``; ``UPDATE`` with ``USING TTL``, ``SET col = term``
+NOT EXISTS`` and ``USING TTL``/``TIMESTAMP``; ``UPDATE`` with the same ``USING``, ``SET col = term``
 and ``IF`` conditions or ``IF EXISTS``; ``DELETE FROM`` of rows or partitions with
 ``IF`` (``CREATE TABLE`` is ``memory_schema.py``'s). A term is a bind marker, a
 literal (number, string, ``true``, ``false``, ``null``, a parenthesized list) or
@@ -101,7 +101,10 @@ class Select:
 
 @dataclass(frozen=True, slots=True)
 class Insert:
-    """``INSERT INTO table (columns) VALUES (terms) [IF NOT EXISTS] [USING TTL t]``."""
+    """``INSERT INTO table (columns) VALUES (terms) [IF NOT EXISTS] [USING ...]``.
+
+    ``USING`` takes ``TTL t``, ``TIMESTAMP u`` or both joined by ``AND``.
+    """
 
     keyspace: str | None
     table: str
@@ -109,11 +112,12 @@ class Insert:
     values: tuple[Term, ...]
     if_not_exists: bool
     ttl: Term | None
+    timestamp: Term | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Update:
-    """``UPDATE table [USING TTL t] SET col = term, ... WHERE ... [IF ...]``."""
+    """``UPDATE table [USING TTL t AND TIMESTAMP u] SET col = term, ... WHERE ... [IF ...]``."""
 
     keyspace: str | None
     table: str
@@ -122,6 +126,7 @@ class Update:
     conditions: tuple[Relation, ...]
     if_exists: bool
     ttl: Term | None
+    timestamp: Term | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,9 +258,18 @@ class Parser:
         self.position += 1
         return Relation(column, op, self.term())
 
-    def ttl(self) -> Term:
-        self.expect("using", "ttl")
-        return self.term()
+    def using(self) -> tuple[Term | None, Term | None]:
+        """``USING TTL t``, ``USING TIMESTAMP u``, or both joined by ``AND``: ``(t, u)``."""
+        self.expect("using")
+        found: dict[str, Term] = {}
+        while True:
+            option = self.peek().lower()
+            if option not in ("ttl", "timestamp") or option in found:
+                raise self.fail("TTL or TIMESTAMP")
+            self.position += 1
+            found[option] = self.term()
+            if not self.accept("and"):
+                return found.get("ttl"), found.get("timestamp")
 
     def conditions(self) -> tuple[tuple[Relation, ...], bool]:
         """``IF EXISTS`` (then True), ``IF cond AND ...``, or nothing."""
@@ -312,15 +326,15 @@ class Parser:
         self.expect(")")
         if len(values) != len(columns):
             raise unsupported(self.cql, f"{len(columns)} columns but {len(values)} values")
-        # Cassandra takes IF NOT EXISTS before or after USING TTL.
+        # Cassandra takes IF NOT EXISTS before or after USING.
         if_not_exists = self.accept("if", "not", "exists")
-        ttl = self.ttl() if self.at("using") else None
+        ttl, timestamp = self.using() if self.at("using") else (None, None)
         if_not_exists = self.accept("if", "not", "exists") or if_not_exists
-        return Insert(keyspace, table, tuple(columns), tuple(values), if_not_exists, ttl)
+        return Insert(keyspace, table, tuple(columns), tuple(values), if_not_exists, ttl, timestamp)
 
     def update(self) -> Update:
         keyspace, table = self.table()
-        ttl = self.ttl() if self.at("using") else None
+        ttl, timestamp = self.using() if self.at("using") else (None, None)
         self.expect("set")
         assignments = [self.assignment()]
         while self.accept(","):
@@ -328,7 +342,9 @@ class Parser:
         self.expect("where")
         where = self.relations()
         conditions, if_exists = self.conditions()
-        return Update(keyspace, table, tuple(assignments), where, conditions, if_exists, ttl)
+        return Update(
+            keyspace, table, tuple(assignments), where, conditions, if_exists, ttl, timestamp
+        )
 
     def assignment(self) -> tuple[str, Term]:
         column = self.name()

@@ -7,6 +7,13 @@ one holding only the cells it set. Expiry follows Cassandra's arithmetic: a
 write at wall time ``t`` with TTL ``n`` lives while ``int(time.time()) <
 int(t) + n``, so a TTL of one second lasts from zero to one second.
 
+Every cell, marker and deletion carries its write timestamp (microseconds: the
+statement's ``USING TIMESTAMP``, else the store's clock), and the newest wins
+whatever the order of arrival, as in Cassandra: a write older than the cell it
+meets changes nothing, and one no newer than a deletion of its row or
+partition is shadowed by it. At equal timestamps a deletion wins, then the
+greater value.
+
 ``Table`` reads and writes one table for ``memory.py``; it checks each
 statement against the schema as Cassandra would (the whole partition key by
 equality, ``ALLOW FILTERING`` for other columns, no ``IN`` under a condition)
@@ -47,28 +54,54 @@ Params = Sequence[Any]
 
 
 @dataclass(slots=True)
-class Row:
-    """One row: its marker's expiry (None: no marker) and ``column -> (value, expiry)``."""
+class Cell:
+    """A column's value (None: deleted), when it expires and its write timestamp."""
 
-    marker: float | None = None
-    cells: dict[str, tuple[Any, float]] = field(default_factory=dict)
+    value: Any
+    expiry: float
+    timestamp: int
 
     def live(self, now: int) -> bool:
-        if self.marker is not None and now < self.marker:
+        return self.value is not None and now < self.expiry
+
+    def loses_to(self, value: Any, timestamp: int) -> bool:
+        """Whether a write of ``value`` at ``timestamp`` replaces this cell (Cassandra's rule)."""
+        if timestamp != self.timestamp:
+            return timestamp > self.timestamp
+        if self.value is None or value is None:
+            return value is None
+        try:
+            return bool(value > self.value)
+        except TypeError:  # uncomparable values (maps): keep the one already there
+            return False
+
+
+@dataclass(slots=True)
+class Row:
+    """One row: its marker (None: no marker), its cells, and when it was last deleted."""
+
+    marker: Cell | None = None
+    cells: dict[str, Cell] = field(default_factory=dict)
+    deleted_at: int = -1
+
+    def live(self, now: int) -> bool:
+        if self.marker is not None and now < self.marker.expiry:
             return True
-        return any(now < expiry for _, expiry in self.cells.values())
+        return any(cell.live(now) for cell in self.cells.values())
 
     def value(self, column: str, now: int) -> Any:
         cell = self.cells.get(column)
-        return cell[0] if cell is not None and now < cell[1] else None
+        return cell.value if cell is not None and cell.live(now) else None
 
 
 @dataclass(frozen=True, slots=True)
 class Clock:
-    """One statement's time: ``ms`` for ``toTimestamp(now())``, ``seconds`` for TTLs."""
+    """One statement's time: ``ms`` for ``toTimestamp(now())``, ``seconds`` for TTLs, and
+    ``micros``, the write timestamp of statements without ``USING TIMESTAMP``."""
 
     ms: int
     seconds: int
+    micros: int = 0
 
 
 def bound(term: Term, params: Params, clock: Clock) -> Any:
@@ -91,6 +124,8 @@ class Table:
     def __init__(self, schema: TableSchema) -> None:
         self.schema = schema
         self.partitions: dict[Key, dict[Key, Row]] = {}
+        #: When each partition was last deleted whole: older writes to it are shadowed.
+        self.deleted: dict[Key, int] = {}
 
     # -- checks (once per prepared statement) ------------------------------------------
 
@@ -116,6 +151,11 @@ class Table:
         unknown = [n for n in names if n not in s.columns]
         if unknown:
             raise rejected(f"Undefined column name {unknown[0]} in table {s.name}")
+        conditional = (isinstance(statement, Insert) and statement.if_not_exists) or (
+            isinstance(statement, Update) and bool(statement.conditions or statement.if_exists)
+        )
+        if conditional and isinstance(statement, Insert | Update) and statement.timestamp:
+            raise rejected("Cannot provide custom timestamp for conditional updates")
         if isinstance(statement, Insert):
             return
         where = statement.where
@@ -195,6 +235,15 @@ class Table:
             )
         return value
 
+    def timestamp(self, term: Term | None, params: Params, clock: Clock) -> int:
+        """The write timestamp of a statement: its ``USING TIMESTAMP``, else the clock's."""
+        if term is None:
+            return clock.micros
+        stamp = bound(term, params, clock)
+        if not isinstance(stamp, int) or isinstance(stamp, bool):
+            raise rejected(f"timestamp {stamp!r}: must be a whole number of microseconds")
+        return stamp
+
     def ttl(self, term: Term | None, params: Params, clock: Clock) -> float:
         """When cells written now expire (epoch seconds; ``NEVER`` without a TTL)."""
         ttl = self.schema.default_ttl if term is None else bound(term, params, clock)
@@ -249,7 +298,7 @@ class Table:
                 row = rows[ck]
                 if row.live(now):
                     yield pk, ck, row
-                else:
+                elif row.deleted_at < 0:
                     del rows[ck]  # a row expires whole once nothing in it lives
             if not rows:
                 self.partitions.pop(pk, None)
@@ -335,9 +384,13 @@ class Table:
         if any(v is None for v in pk + ck):
             raise rejected(f"Invalid null value in the primary key of {self.schema.name}")
         expiry = self.ttl(statement.ttl, params, clock)
+        stamp = self.timestamp(statement.timestamp, params, clock)
         row = self.partitions.setdefault(pk, {}).setdefault(ck, Row())
-        row.marker = expiry
-        self._write(row, values, expiry)
+        if stamp > max(row.deleted_at, self.deleted.get(pk, -1)) and (
+            row.marker is None or row.marker.loses_to(True, stamp)
+        ):
+            row.marker = Cell(True, expiry, stamp)
+        self._write(pk, row, values, expiry, stamp)
         return pk, ck
 
     def update(
@@ -346,39 +399,63 @@ class Table:
         """Write the ``SET`` cells on each row (no marker: an update of nothing creates cells)."""
         values = {c: self.coerce(c, bound(t, params, clock)) for c, t in statement.assignments}
         expiry = self.ttl(statement.ttl, params, clock)
+        stamp = self.timestamp(statement.timestamp, params, clock)
         partition = self.partitions.setdefault(pk, {})
         for ck in cks:
-            self._write(partition.setdefault(ck, Row()), values, expiry)
+            self._write(pk, partition.setdefault(ck, Row()), values, expiry, stamp)
 
-    def _write(self, row: Row, values: Mapping[str, Any], expiry: float) -> None:
+    def _write(
+        self, pk: Key, row: Row, values: Mapping[str, Any], expiry: float, stamp: int
+    ) -> None:
+        """Write cells at ``stamp``; each loses to a newer cell and to a newer deletion."""
+        if stamp <= max(row.deleted_at, self.deleted.get(pk, -1)):
+            return
         for column, value in values.items():
             if column in self.schema.primary_key:
                 continue
-            if value is None:
-                row.cells.pop(column, None)
-            else:
-                row.cells[column] = (value, expiry)
+            cell = row.cells.get(column)
+            if cell is None or cell.loses_to(value, stamp):
+                row.cells[column] = Cell(value, expiry, stamp)
 
     def delete(self, statement: Delete, pk: Key, params: Params, clock: Clock) -> None:
-        """Delete the rows the clustering restrictions name, or the whole partition."""
-        partition = self.partitions.get(pk)
-        if partition is None:
-            return
-        restrictions = [
-            (r, {self.coerce(r.column, x) for x in v} if r.op == "in" else self.coerce(r.column, v))
-            for r in statement.where
-            if r.column in self.schema.clustering
-            for v in [bound(r.term, params, clock)]
-        ]
-        if not restrictions:
-            del self.partitions[pk]
-            return
-        index = self.schema.clustering.index
-        for ck in list(partition):
-            if all(matches(ck[index(r.column)], r.op, want) for r, want in restrictions):
-                del partition[ck]
-        if not partition:
-            del self.partitions[pk]
+        """Delete the rows the clustering restrictions name, or the whole partition.
+
+        The deletion is kept (its timestamp) so that an older write arriving
+        later stays deleted, as a Cassandra tombstone does.
+        """
+        stamp = clock.micros
+        partition = self.partitions.setdefault(pk, {})
+        clustering = [r for r in statement.where if r.column in self.schema.clustering]
+        if not clustering:
+            self.deleted[pk] = max(stamp, self.deleted.get(pk, -1))
+            rows = list(partition.values())
+        elif len(clustering) == len(self.schema.clustering) and all(
+            r.op in ("=", "in") for r in clustering
+        ):
+            keys = self.clustering_keys(statement.where, params, clock)
+            rows = [partition.setdefault(ck, Row()) for ck in keys]
+        else:
+            restrictions = [
+                (
+                    r,
+                    {self.coerce(r.column, x) for x in v}
+                    if r.op == "in"
+                    else self.coerce(r.column, v),
+                )
+                for r in clustering
+                for v in [bound(r.term, params, clock)]
+            ]
+            index = self.schema.clustering.index
+            rows = [
+                row
+                for ck, row in partition.items()
+                if all(matches(ck[index(r.column)], r.op, want) for r, want in restrictions)
+            ]
+        for row in rows:
+            row.deleted_at = max(stamp, row.deleted_at)
+            if row.marker is not None and row.marker.timestamp <= stamp:
+                row.marker = None
+            row.cells = {c: cell for c, cell in row.cells.items() if cell.timestamp > stamp}
 
 
 def matches(value: Any, op: str, wanted: Any) -> bool:

@@ -33,6 +33,8 @@ INSERT = (
     " expires_at, delivery_count, lease, acked, payload_bytes, lane)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, false, ?, ?) USING TTL ?"
 )
+# The same at a write timestamp the caller chose (a send-once's: see ``sending.py``).
+INSERT_AT = INSERT + " AND TIMESTAMP ?"
 LEASE = (
     "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?, delivery_count = ?"
     " WHERE queue_id = ? AND bucket = ? AND id = ?"
@@ -45,13 +47,14 @@ ACK = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
     " IF lease = ? AND acked = false"
 )
-RELEASE_PENDING = (
+RENEW = (
     "UPDATE {ks}.messages USING TTL ? SET visible_at = ? WHERE queue_id = ? AND bucket = ?"
     " AND id = ? IF lease = ? AND acked = false"
 )
 MARK_ACKED = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
 )
+MARK_ACKED_AT = MARK_ACKED.replace("USING TTL ?", "USING TTL ? AND TIMESTAMP ?")
 CHANGE_VISIBILITY = (
     "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?"
     " WHERE queue_id = ? AND bucket = ? AND id = ? IF lease = ? AND acked = false"
@@ -64,6 +67,7 @@ LEASE_IN = (
     "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?, delivery_count = ?"
     " WHERE queue_id = ? AND bucket = ? AND id IN ?"
 )
+LEASE_IN_AT = LEASE_IN.replace("USING TTL ?", "USING TTL ? AND TIMESTAMP ?")
 ACK_IN = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true"
     " WHERE queue_id = ? AND bucket = ? AND id IN ?"
@@ -89,12 +93,19 @@ class MessageWrites:
 
     # -- writes ----------------------------------------------------------------
 
-    def insert(self, messages: Sequence[NewMessage], now: int) -> None:
-        """Write messages, one single-partition batch per bucket (chunked), concurrently."""
+    def insert(
+        self, messages: Sequence[NewMessage], now: int, *, timestamp: int | None = None
+    ) -> None:
+        """Write messages, one single-partition batch per bucket (chunked), concurrently.
+
+        ``timestamp`` (microseconds) replaces the driver's write timestamp.
+        """
         by_bucket: dict[int, list[Sequence[Any]]] = defaultdict(list)
         for m in messages:
-            by_bucket[self.bucket_of(m.id)].append(self._insert_row(m, now))
-        self._write_batches(INSERT, by_bucket, payload_index=3, what="sending messages")
+            row = self._insert_row(m, now)
+            by_bucket[self.bucket_of(m.id)].append(row if timestamp is None else (*row, timestamp))
+        cql = INSERT if timestamp is None else INSERT_AT
+        self._write_batches(cql, by_bucket, payload_index=3, what="sending messages")
 
     def insert_statement(self, messages: Sequence[NewMessage], now: int) -> tuple[Any, Params]:
         """One single-partition write of ``messages``, for a caller that runs it itself.
@@ -163,12 +174,23 @@ class MessageWrites:
             what="leasing received messages",
         )
 
-    def mark_acked(self, rows: Iterable[tuple[int, int, int]], now: int) -> None:
-        """Mark ``(bucket, id, expires_at)`` rows acked without a condition (purge)."""
+    def mark_acked(
+        self, rows: Iterable[tuple[int, int, int]], now: int, *, timestamp: int | None = None
+    ) -> None:
+        """Mark ``(bucket, id, expires_at)`` rows acked without a condition (purge).
+
+        ``timestamp`` (microseconds) replaces the driver's write timestamp.
+        """
         by_bucket: dict[int, list[Sequence[Any]]] = defaultdict(list)
         for bucket, message_id, expires_at in rows:
-            by_bucket[bucket].append((ttl_left(expires_at, now), self.queue_id, bucket, message_id))
-        self._write_batches(MARK_ACKED, by_bucket, what="purging messages")
+            ttl = ttl_left(expires_at, now)
+            by_bucket[bucket].append(
+                (ttl, self.queue_id, bucket, message_id)
+                if timestamp is None
+                else (ttl, timestamp, self.queue_id, bucket, message_id)
+            )
+        cql = MARK_ACKED if timestamp is None else MARK_ACKED_AT
+        self._write_batches(cql, by_bucket, what="purging messages")
 
     def _write_batches(
         self,
@@ -215,28 +237,6 @@ class MessageWrites:
                 for c in checks
             },
             what="acking messages",
-        )
-
-    def release_pending(self, writes: Sequence[LeaseWrite], now: int) -> set[tuple[int, int]]:
-        """Make messages visible at ``visible_at`` if still never delivered; return the others.
-
-        A send-once retried after its release must not touch a message a
-        consumer holds by now (lease set) or has acked already.
-        """
-        return self._where_lease(
-            RELEASE_PENDING,
-            {
-                (w.bucket, w.id): (
-                    ttl_left(w.expires_at, now),
-                    w.visible_at,
-                    self.queue_id,
-                    w.bucket,
-                    w.id,
-                    0,
-                )
-                for w in writes
-            },
-            what="releasing messages",
         )
 
     def _where_lease(
@@ -345,7 +345,7 @@ class MessageWrites:
         kept, so the receipts handed out stay valid. Returns the ids missed.
         """
         missed = self._where_lease(
-            RELEASE_PENDING,  # the same conditional move of visible_at
+            RENEW,
             {
                 (c.bucket, c.id): (
                     ttl_left(c.expires_at, now),
@@ -381,7 +381,9 @@ class MessageWrites:
             if (bucket, row[0]) in wanted
         }
 
-    def write_leases_shared(self, leases: Sequence[LeaseWrite], now: int) -> None:
+    def write_leases_shared(
+        self, leases: Sequence[LeaseWrite], now: int, *, timestamp: int | None = None
+    ) -> None:
         """Like ``write_leases``, one statement per bucket and shared values instead of a row each.
 
         Leases that agree on everything but the id (one lease token for the
@@ -394,10 +396,20 @@ class MessageWrites:
         for w in leases:
             ttl = ttl_left(w.expires_at, now)
             groups[(w.bucket, w.lease, w.visible_at, w.delivery_count, ttl)].append(w.id)
+        at = () if timestamp is None else (timestamp,)
         statements = [
             (
-                LEASE_IN,
-                (ttl, lease, visible_at, count, self.queue_id, bucket, ids[i : i + BATCH_ROWS]),
+                LEASE_IN if timestamp is None else LEASE_IN_AT,
+                (
+                    ttl,
+                    *at,
+                    lease,
+                    visible_at,
+                    count,
+                    self.queue_id,
+                    bucket,
+                    ids[i : i + BATCH_ROWS],
+                ),
             )
             for (bucket, lease, visible_at, count, ttl), ids in groups.items()
             for i in range(0, len(ids), BATCH_ROWS)

@@ -1,5 +1,11 @@
 """Progress records of idempotent sends, one per (writer, step, part, chunk) and queue.
 
+The first attempt of a send reserves its record with a lightweight
+transaction: whichever attempt inserts first fixes the ids and the write
+time, and every later or concurrent attempt adopts them (``reserve``). The
+state that follows (DONE) is a plain write, a shortcut for retries only: a
+retry that misses it does the same writes again, which change nothing.
+
 The ``batch_id`` column holds the step (a Spark micro-batch id); its name predates
 the one-word vocabulary and stays so existing tables keep working.
 """
@@ -10,25 +16,36 @@ import struct
 import uuid
 from collections.abc import Sequence
 from enum import StrEnum
+from typing import NamedTuple
 
 from spark_queue.store.session import Store
 
-READ = (
-    "SELECT state, ids, toUnixTimestamp(written_at) FROM {ks}.send_log"
-    " WHERE queue_id = ? AND writer = ? AND batch_id = ? AND part = ? AND chunk = ?"
-)
-WRITE = (
+_KEY = "queue_id = ? AND writer = ? AND batch_id = ? AND part = ? AND chunk = ?"
+READ = f"SELECT state, ids, toUnixTimestamp(written_at) FROM {{ks}}.send_log WHERE {_KEY}"
+RESERVE = (
     "INSERT INTO {ks}.send_log (queue_id, writer, batch_id, part, chunk, state, ids, written_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
 )
+SET_STATE = f"UPDATE {{ks}}.send_log SET state = ? WHERE {_KEY}"
+MOVE_IDS = f"UPDATE {{ks}}.send_log SET ids = ? WHERE {_KEY} IF ids = ?"
 
 
 class SendState(StrEnum):
-    """How far an idempotent send got. Each state is recorded before the next step starts."""
+    """How far an idempotent send got."""
 
+    STAMPED = "stamped"  # ids and write time fixed; messages may be partly written or released
+    DONE = "done"  # messages released: visible to consumers
+    # Recorded only by versions whose rows carried their writer's clock (up to 0.1.0):
     RESERVED = "reserved"  # ids chosen; messages may be partly written, all invisible
     WRITTEN = "written"  # every message written, still invisible
-    DONE = "done"  # messages released: visible to consumers
+
+
+class SendRecord(NamedTuple):
+    """What the log holds for one send: its state, its ids and the first attempt's time (ms)."""
+
+    state: SendState
+    ids: list[int]
+    written_at: int
 
 
 def _pack(ids: Sequence[int]) -> bytes:
@@ -47,29 +64,68 @@ class SendLog:
         self.store = store
         self.queue_id = queue_id
 
-    def read(
-        self, writer: str, step: int, part: int, chunk: int
-    ) -> tuple[SendState, list[int], int] | None:
-        """``(state, ids, written_at)`` of an earlier attempt, or None."""
+    def read(self, writer: str, step: int, part: int, chunk: int) -> SendRecord | None:
+        """The record of an earlier attempt, or None."""
         row = self.store.execute(
-            READ, (self.queue_id, writer, step, part, chunk), what="reading the send log"
+            READ,
+            (self.queue_id, writer, step, part, chunk),
+            serial=True,
+            what="reading the send log",
         ).one()
         if row is None:
             return None
-        return SendState(row[0]), _unpack(row[1]), row[2]
+        return SendRecord(SendState(row[0]), _unpack(row[1]), row[2])
 
-    def write(
+    def reserve(
+        self, writer: str, step: int, part: int, chunk: int, ids: Sequence[int], written_at: int
+    ) -> SendRecord:
+        """Record ``ids`` and ``written_at`` for a send unless an attempt of it recorded first.
+
+        Returns the record that holds: this one (state STAMPED), or the first
+        attempt's, whose ids and time this attempt must use instead.
+        """
+        key = (self.queue_id, writer, step, part, chunk)
+        row = self.store.execute(
+            RESERVE,
+            (*key, SendState.STAMPED.value, _pack(ids), written_at),
+            what="reserving ids for a send",
+        ).one()
+        if row is not None and row[0]:
+            return SendRecord(SendState.STAMPED, list(ids), written_at)
+        # Paxos finished the first insert before refusing this one: a serial read sees it.
+        record = self.read(writer, step, part, chunk)
+        if record is None:
+            raise AssertionError(f"send log of {key}: insert refused, yet no record")
+        return record
+
+    def move_ids(
         self,
         writer: str,
         step: int,
         part: int,
         chunk: int,
-        state: SendState,
-        ids: Sequence[int],
-        written_at: int,
-    ) -> None:
+        old: Sequence[int],
+        new: Sequence[int],
+    ) -> list[int]:
+        """Record ``new`` ids in place of ``old`` (a repaired write); return the ids that hold.
+
+        Conditional on the record still holding ``old``: when a concurrent
+        attempt moved them first, its ids hold and this attempt must use them.
+        """
+        row = self.store.execute(
+            MOVE_IDS,
+            (_pack(new), self.queue_id, writer, step, part, chunk, _pack(old)),
+            what="recording repaired ids of a send",
+        ).one()
+        if row is not None and row[0]:
+            return list(new)
+        record = self.read(writer, step, part, chunk)
+        return list(old) if record is None else record.ids
+
+    def mark_done(self, writer: str, step: int, part: int, chunk: int) -> None:
+        """Record that the send's messages were released (a retry then does nothing)."""
         self.store.execute(
-            WRITE,
-            (self.queue_id, writer, step, part, chunk, state.value, _pack(ids), written_at),
+            SET_STATE,
+            (SendState.DONE.value, self.queue_id, writer, step, part, chunk),
             what="recording send progress",
         )
