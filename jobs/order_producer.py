@@ -168,13 +168,7 @@ def produce(
 
 def open_orders_queue(client: QueueClient, config: JobConfig) -> Queue:
     """The orders queue, created with the configured settings if it is missing."""
-    spec = config.orders
-    return client.create_queue(
-        spec.name,
-        bucket_size=spec.bucket_size,
-        visibility_timeout=spec.visibility_timeout,
-        exist_ok=True,
-    )
+    return config.orders.open(client)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -123,12 +123,7 @@ def ensure_queues(settings: ConnectionSettings, config: JobConfig) -> None:
     """Create the pipeline's queues that do not exist yet (existing ones keep their settings)."""
     with QueueClient(settings=settings) as client:
         for spec in config.queues():
-            client.create_queue(
-                spec.name,
-                bucket_size=spec.bucket_size,
-                visibility_timeout=spec.visibility_timeout,
-                exist_ok=True,
-            )
+            spec.open(client)
 
 
 def checkpoint_location(config: JobConfig, settings: ConnectionSettings) -> str:

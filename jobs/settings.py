@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_queue import defaults
+from spark_queue.client import QueueClient
 from spark_queue.config import (
     CONSISTENCY_LEVELS,
     ENV_VARS,
@@ -25,7 +26,8 @@ from spark_queue.config import (
     QueueSettings,
     check_queue_name,
 )
-from spark_queue.errors import InvalidSetting
+from spark_queue.errors import InvalidSetting, QueueExists, QueueNotFound
+from spark_queue.queue import Queue
 
 #: The repository this module lives in (jobs run from a checkout).
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +52,23 @@ class QueueSpec:
     name: str
     bucket_size: int = defaults.BUCKET_SIZE
     visibility_timeout: float = 60.0
+
+    def open(self, client: QueueClient) -> Queue:
+        """The queue, created with these settings if it is missing; an existing one keeps its own.
+
+        Not ``create_queue(exist_ok=True)``, which refuses a queue whose settings
+        differ: an operator may have changed them (``bdq queue update``) since.
+        """
+        try:
+            return client.queue(self.name)
+        except QueueNotFound:
+            pass
+        try:
+            return client.create_queue(
+                self.name, bucket_size=self.bucket_size, visibility_timeout=self.visibility_timeout
+            )
+        except QueueExists:  # another job created it meanwhile
+            return client.queue(self.name)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,9 @@
 The public API is exactly ``__all__`` (a test guards it)::
 
     from spark_queue import QueueClient
+    # Once, on purpose: a client never creates its keyspace (1 replica: a local node;
+    # a cluster takes replicas per data center, {"dc1": 3, "dc2": 3})
+    QueueClient.create_keyspace(1, hosts=["127.0.0.1:9042"], keyspace="bdq", exist_ok=True)
     with QueueClient(hosts=["127.0.0.1:9042"], keyspace="bdq") as client:
         orders = client.create_queue("orders", exist_ok=True)
         orders.send(b'{"sku": 1}')
@@ -19,6 +22,8 @@ from spark_queue.errors import (
     BackendUnavailable,
     InvalidMessage,
     InvalidSetting,
+    KeyspaceExists,
+    KeyspaceNotFound,
     LocalNodeError,
     MessageTooLarge,
     QueueExists,
@@ -38,6 +43,8 @@ __all__ = [
     "Delivery",
     "InvalidMessage",
     "InvalidSetting",
+    "KeyspaceExists",
+    "KeyspaceNotFound",
     "LocalNodeError",
     "Message",
     "MessageTooLarge",

@@ -1,15 +1,15 @@
-"""``QueueClient``: connect to a keyspace, create, open, list and delete queues."""
+"""``QueueClient``: create a keyspace, connect to it, create, open, list and delete queues."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict
 from types import TracebackType
 from typing import Any
 
-from spark_queue import defaults
 from spark_queue.config import ConnectionSettings, QueueSettings, check_queue_name
 from spark_queue.engine.lifecycle import stored_range
 from spark_queue.engine.settings_change import update_settings
@@ -17,12 +17,14 @@ from spark_queue.errors import InvalidSetting, QueueExists, QueueNotFound, Spark
 from spark_queue.queue import Queue
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.catalog import (
+    FIXED,
     queue_names,
     read_settings,
     register_queue,
     remove_sequence_and_pointers,
     unregister_queue,
 )
+from spark_queue.store.keyspace import KeyspaceReport, Replication, create_keyspace
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
@@ -40,8 +42,15 @@ class QueueClient:
         **connection: Other ``ConnectionSettings`` fields (``username``,
             ``password``, ``local_dc``, ``consistency``, ...).
 
-    The keyspace and tables are created when missing. Use it as a context
-    manager, or call ``close()``.
+    The keyspace and its tables must exist: a client never creates them, so
+    that a look (``list_queues``) never changes the cluster. Create them once
+    with :meth:`create_keyspace` or ``bdq keyspace create``. Use it as a
+    context manager, or call ``close()``.
+
+    Raises:
+        KeyspaceNotFound: The keyspace, or a table of it, is missing; the
+            message names the command that creates it.
+        BackendUnavailable: No contact point answered.
     """
 
     def __init__(
@@ -57,13 +66,7 @@ class QueueClient:
             self._store, self._owns_store = store, False
         else:
             if settings is None:
-                settings = ConnectionSettings.from_env(
-                    hosts=list(hosts)
-                    if hosts is not None and not isinstance(hosts, str)
-                    else hosts,
-                    keyspace=keyspace,
-                    **connection,
-                )
+                settings = _settings(hosts, keyspace, connection)
             self._store, self._owns_store = Store(settings), True
         self.settings = self._store.settings
         self._handles: dict[str, Queue] = {}
@@ -73,6 +76,64 @@ class QueueClient:
     def from_env(cls, **connection: Any) -> QueueClient:
         """A client configured from the ``BDQ_*`` environment (keywords win)."""
         return cls(settings=ConnectionSettings.from_env(**connection))
+
+    @classmethod
+    def create_keyspace(
+        cls,
+        replication: int | Mapping[str, int] | Replication | None = None,
+        *,
+        exist_ok: bool = False,
+        hosts: str | Iterable[str] | None = None,
+        keyspace: str | None = None,
+        settings: ConnectionSettings | None = None,
+        **connection: Any,
+    ) -> KeyspaceReport:
+        """Create the keyspace and its queue tables, the one step that changes the schema.
+
+        The keyspace is the one a client of the same arguments would use
+        (``keyspace``, else ``BDQ_KEYSPACE``, else ``bdq``)::
+
+            QueueClient.create_keyspace({"dc1": 3, "dc2": 3}, keyspace="orders")
+            QueueClient.create_keyspace(1, exist_ok=True)        # a single local node
+
+        A class method, since a client needs its keyspace to exist already.
+
+        Args:
+            replication: Replicas per data center (``NetworkTopologyStrategy``),
+                or a whole number for ``SimpleStrategy`` (a local node), or a
+                ``Replication``. May be None with ``exist_ok`` for a keyspace
+                that exists.
+            exist_ok: Accept an existing keyspace and create its missing tables
+                and columns (the upgrade after a new spark-queue version); one of
+                another replication than ``replication`` is still refused.
+            hosts: As for the constructor.
+            keyspace: As for the constructor.
+            settings: As for the constructor.
+            **connection: As for the constructor.
+
+        Returns:
+            What was found and made: replication, tables created, columns added.
+
+        Raises:
+            KeyspaceExists: It exists (without ``exist_ok``), or with another
+                replication; nothing was changed.
+            KeyspaceNotFound: It does not exist and ``replication`` is None.
+            InvalidSetting: A replication factor or data center name breaks its rule.
+        """
+        wanted = None if replication is None else Replication.of(replication)
+        if settings is None:
+            settings = _settings(hosts, keyspace, connection)
+        store = Store(settings, check_schema=False)
+        try:
+            return create_keyspace(
+                store.session,
+                settings.keyspace,
+                wanted,
+                exist_ok=exist_ok,
+                timeout=max(60.0, settings.request_timeout),
+            )
+        finally:
+            store.close()
 
     def __enter__(self) -> QueueClient:
         return self
@@ -114,42 +175,54 @@ class QueueClient:
         self,
         name: str,
         *,
-        bucket_size: int = defaults.BUCKET_SIZE,
-        visibility_timeout: float = defaults.VISIBILITY_TIMEOUT,
-        order_hint: int = defaults.ORDER_HINT,
-        message_ttl: int = defaults.MESSAGE_TTL,
+        bucket_size: int | None = None,
+        visibility_timeout: float | None = None,
+        order_hint: int | None = None,
+        message_ttl: int | None = None,
         max_deliveries: int | None = None,
         dead_letter_queue: str | None = None,
-        max_message_bytes: int = defaults.MAX_MESSAGE_BYTES,
-        seal_delay: float = defaults.SEAL_DELAY,
-        lanes: int = defaults.LANES,
+        max_message_bytes: int | None = None,
+        seal_delay: float | None = None,
+        lanes: int | None = None,
         exist_ok: bool = False,
     ) -> Queue:
         """Create a queue and return a handle on it.
 
-        See ``QueueSettings`` for the settings. With ``exist_ok`` an existing
-        queue of that name is returned as it is (its own settings kept).
+        See ``QueueSettings`` for the settings; one left at None gets its
+        default there (no dead-letter queue for the last two). With ``exist_ok``
+        an existing queue of that name is returned when every setting given
+        (not None) equals its own, as SQS's CreateQueue does; settings left out
+        are not compared, so an existing queue whose settings were changed since
+        (``update_queue``) is still accepted by the code that created it.
 
         Raises:
-            QueueExists: The name is taken and ``exist_ok`` is false.
+            QueueExists: The name is taken and ``exist_ok`` is false, or the
+                queue has other values of settings given here (its
+                ``differences`` name each: ``{setting: (current, requested)}``).
             QueueNotFound: ``dead_letter_queue`` does not exist.
             InvalidSetting: A setting breaks its rule.
         """
         check_queue_name(name)
-        settings = QueueSettings(
-            bucket_size=bucket_size,
-            visibility_timeout=visibility_timeout,
-            order_hint=order_hint,
-            message_ttl=message_ttl,
-            max_deliveries=max_deliveries,
-            dead_letter_queue=dead_letter_queue,
-            max_message_bytes=max_message_bytes,
-            seal_delay=seal_delay,
-            lanes=lanes,
-        )
+        given: dict[str, Any] = {
+            key: value
+            for key, value in (
+                ("bucket_size", bucket_size),
+                ("visibility_timeout", visibility_timeout),
+                ("order_hint", order_hint),
+                ("message_ttl", message_ttl),
+                ("max_deliveries", max_deliveries),
+                ("dead_letter_queue", dead_letter_queue),
+                ("max_message_bytes", max_message_bytes),
+                ("seal_delay", seal_delay),
+                ("lanes", lanes),
+            )
+            if value is not None
+        }
+        settings = QueueSettings(**given)
         if exist_ok:
             try:
-                return self.queue(name)  # one read, not three LWTs and two tombstones
+                # one read, not three LWTs and two tombstones
+                return self._existing(name, settings, given)
             except QueueNotFound:
                 pass
         if dead_letter_queue is not None:
@@ -161,11 +234,34 @@ class QueueClient:
         queue_id = uuid.uuid4()
         if not register_queue(self._store, name, queue_id, settings):
             if exist_ok:
-                return self.queue(name)
+                return self._existing(name, settings, given)
             raise QueueExists(
                 f"queue {name!r}: already exists; pass exist_ok=True to use it, or delete it first"
             )
         return self._handle(name, queue_id, settings)
+
+    def _existing(self, name: str, requested: QueueSettings, given: Iterable[str]) -> Queue:
+        """The existing queue ``name``, unless a setting ``given`` differs from ``requested``."""
+        queue = self.queue(name)
+        current, wanted = asdict(queue.settings), asdict(requested)
+        differences = {k: (current[k], wanted[k]) for k in given if current[k] != wanted[k]}
+        if differences:
+            listed = ", ".join(
+                f"{k} {now!r} (requested {new!r})" for k, (now, new) in differences.items()
+            )
+            fixed = [k for k in differences if k in FIXED]
+            fix = (
+                f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} fixed at creation:"
+                " delete the queue to create it anew"
+                if fixed
+                else "change them with update_queue"
+            )
+            raise QueueExists(
+                f"queue {name!r}: exists with other settings: {listed}; nothing changed"
+                f" ({fix}, or ask for the queue's own values)",
+                differences=differences,
+            )
+        return queue
 
     def queue(self, name: str) -> Queue:
         """A handle on an existing queue. QueueNotFound if there is none of that name."""
@@ -251,3 +347,10 @@ class QueueClient:
         queue.mark_deleted()
         with self._lock:
             self._handles.pop(name, None)
+
+
+def _settings(
+    hosts: str | Iterable[str] | None, keyspace: str | None, connection: Mapping[str, Any]
+) -> ConnectionSettings:
+    listed = list(hosts) if hosts is not None and not isinstance(hosts, str) else hosts
+    return ConnectionSettings.from_env(hosts=listed, keyspace=keyspace, **connection)

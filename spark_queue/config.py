@@ -173,8 +173,11 @@ class ConnectionSettings:
         consistency: Read/write consistency. Default ``LOCAL_QUORUM``.
         serial_consistency: Consistency of lightweight transactions.
             Default ``LOCAL_SERIAL``.
-        replication_factor: Used only when spark-queue creates the keyspace
-            (SimpleStrategy, or NetworkTopologyStrategy in ``local_dc`` when set).
+        replication_factor: Replicas of the keyspaces that the local node
+            (``bdq cassandra start``), the benchmarks' own keyspaces and the tests
+            create (SimpleStrategy, or NetworkTopologyStrategy in ``local_dc`` when
+            set). Nothing else creates keyspaces: ``bdq keyspace create`` and
+            ``QueueClient.create_keyspace`` take the replication they are given.
         connect_timeout: Seconds to wait for a connection.
         request_timeout: Seconds to wait for one statement.
     """
@@ -290,13 +293,6 @@ class ConnectionSettings:
             if value is not None:
                 values[name] = _coerce(name, value)
         return cls(**values)
-
-    def replication(self) -> str:
-        """The CQL replication map for keyspaces spark-queue creates."""
-        rf = self.replication_factor
-        if self.local_dc:
-            return f"{{'class': 'NetworkTopologyStrategy', '{self.local_dc}': {rf}}}"
-        return f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}"
 
     def with_keyspace(self, keyspace: str) -> ConnectionSettings:
         """A copy pointing at another keyspace."""

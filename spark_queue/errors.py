@@ -7,7 +7,10 @@ The tree::
     │   └── InvalidMessage    a payload or its headers break a rule
     │       └── MessageTooLarge
     ├── QueueNotFound         the named queue does not exist
-    ├── QueueExists           create_queue on a name that is taken
+    ├── QueueExists           create_queue on a name that is taken (or exist_ok with other settings)
+    ├── KeyspaceNotFound      the keyspace, or its queue tables, are missing: create them on purpose
+    ├── KeyspaceExists        create_keyspace on a keyspace that exists (or exist_ok with another
+    │                         replication)
     ├── StaleReceipt          ack / change_visibility with a receipt of an older delivery
     ├── BackendUnavailable    Cassandra could not be reached or did not answer in time
     └── LocalNodeError        the local Cassandra node could not be started or stopped
@@ -17,6 +20,8 @@ Driver exceptions are translated at the store boundary and kept as ``__cause__``
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 
 class SparkQueueError(Exception):
@@ -40,7 +45,34 @@ class QueueNotFound(SparkQueueError, LookupError):
 
 
 class QueueExists(SparkQueueError):
-    """``create_queue`` was asked for a name that already exists."""
+    """``create_queue`` was asked for a name that already exists.
+
+    With ``exist_ok``, raised when the queue has other values of the settings
+    asked for; ``differences`` maps each such setting to ``(current, requested)``.
+    """
+
+    def __init__(
+        self, message: str, *, differences: Mapping[str, tuple[object, object]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.differences = dict(differences or {})
+
+
+class KeyspaceNotFound(SparkQueueError, LookupError):
+    """The keyspace does not exist, or lacks tables or columns of the queue schema.
+
+    Opening a client never creates anything: the message names the command that
+    does (``bdq keyspace create``, or ``QueueClient.create_keyspace``).
+    """
+
+
+class KeyspaceExists(SparkQueueError):
+    """``create_keyspace`` found the keyspace already there.
+
+    Raised without ``exist_ok``, and with it when the replication asked for is
+    not the keyspace's (nothing is changed: altering replication is an operator's
+    decision, followed by a repair).
+    """
 
 
 class StaleReceipt(SparkQueueError):

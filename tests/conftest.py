@@ -210,7 +210,11 @@ def _cql_session(cassandra: ConnectionSettings) -> Iterator[Session]:
 
 @pytest.fixture
 def keyspace(cassandra: ConnectionSettings, _cql_session: Session) -> Iterator[ConnectionSettings]:
-    """Settings pointing at a fresh keyspace ``t_<8 hex>`` (replication factor 1), dropped after."""
+    """Settings pointing at a fresh keyspace ``t_<8 hex>`` (replication factor 1), dropped after.
+
+    The keyspace and its queue tables are created here, on purpose, as a user
+    does with ``bdq keyspace create``: clients never create them.
+    """
     settings = cassandra.with_keyspace(f"t_{uuid.uuid4().hex[:8]}")
     cql.ensure_keyspace(settings, session=_cql_session)
     try:

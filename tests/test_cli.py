@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -140,3 +141,37 @@ def test_version_and_help() -> None:
     assert version.stdout.startswith("bdq ")
     help_text = CliRunner().invoke(main, ["cassandra", "status", "--help"])
     assert "Exit status: 0 when every node listed is ready" in help_text.stdout
+
+
+def test_unresolvable_hosts_are_one_line_naming_the_value() -> None:
+    # When the contact point has no address
+    result = CliRunner().invoke(main, ["queue", "list", "--hosts", "nosuch.invalid"], env=UNSET_ENV)
+    # Then one line names it and the fix, with exit status 1
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "Error: hosts 'nosuch.invalid:9042': no contact point resolves to an address; check the"
+        " names (--hosts, BDQ_CASSANDRA_HOSTS) or give IP addresses\n"
+    )
+    assert "Traceback" not in result.output
+
+
+def test_metrics_serve_where_it_cannot_listen_is_one_line(keyspace: ConnectionSettings) -> None:
+    connection = ["--hosts", ",".join(map(str, keyspace.hosts)), "--keyspace", keyspace.keyspace]
+    with socket.socket() as taken:
+        # Given a port something else listens on
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for args, message in [
+            (["--addr", "nosuch.invalid"], "--addr 'nosuch.invalid': not a name or address"),
+            (["--port", port], f"--addr '127.0.0.1' --port {port}: already in use"),
+        ]:
+            # When the endpoint is asked to listen there
+            result = CliRunner().invoke(
+                main, ["metrics", "serve", *args, *connection], env=UNSET_ENV
+            )
+            # Then one line says why and what to do, with exit status 1
+            assert result.exit_code == 1, result.output
+            assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
+            assert message in result.stderr
+            assert "Traceback" not in result.output

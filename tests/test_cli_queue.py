@@ -110,3 +110,27 @@ def test_send_dash_stops_at_a_bad_line_and_keeps_the_lines_before_it(
     assert "the 2 line(s) before it were sent" in err
     with QueueClient(settings=keyspace) as client:
         assert [m.payload for m in client.queue("small").peek(10)] == [b"one", b"two"]
+
+
+def test_create_exist_ok_refuses_other_settings_by_name(keyspace: ConnectionSettings) -> None:
+    # Given a queue with a 99 s visibility timeout and 8 lanes
+    assert (
+        bdq(keyspace, "queue", "create", "q", "--visibility-timeout", "99", "--lanes", "8")[0] == 0
+    )
+    # When it is created again with other values of those settings
+    code, out, err = bdq(
+        keyspace, "queue", "create", "q", "--exist-ok", "--visibility-timeout", "10", "--lanes", "2"
+    )
+    # Then it is refused in one line naming each setting, its current and requested value
+    assert code == 1 and "ready" not in out
+    assert err.startswith("Error: ") and err.count("\n") == 1
+    assert "--visibility-timeout 99.0 (requested 10.0)" in err
+    assert "--lanes 8 (requested 2)" in err
+    assert "--order-hint" not in err  # a flag left out is not compared
+    # And the queue is unchanged
+    with QueueClient(settings=keyspace) as client:
+        settings = client.queue("q").settings
+    assert (settings.visibility_timeout, settings.lanes) == (99.0, 8)
+    # While the same values, or no setting flag at all, are accepted
+    assert bdq(keyspace, "queue", "create", "q", "--exist-ok", "--visibility-timeout", "99")[0] == 0
+    assert bdq(keyspace, "queue", "create", "q", "--exist-ok")[0] == 0

@@ -84,6 +84,7 @@ def all_up(cluster: LocalCluster, keyspace: str) -> ConnectionSettings:
     while not all_normal(settings):
         assert time.monotonic() < deadline, "the three nodes never all saw each other NORMAL"
         time.sleep(1)
+    cql.ensure_keyspace(settings)  # replicated three times, with its tables
     return settings
 
 

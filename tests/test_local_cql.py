@@ -7,9 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings, parse_hosts
 from spark_queue.errors import BackendUnavailable
 from spark_queue.local import cql
+from spark_queue.store.session import TABLES
 
 
 @pytest.fixture
@@ -53,7 +55,10 @@ def test_keyspace_fixture_gives_a_fresh_keyspace(keyspace: ConnectionSettings) -
     assert keyspace.keyspace.startswith("t_")
     with cql.connect(keyspace) as session:
         tables = session.cluster.metadata.keyspaces[keyspace.keyspace].tables
-    assert tables == {}
+    # created on purpose with the queue tables, holding no queue
+    assert set(tables) == set(TABLES)
+    with QueueClient(settings=keyspace) as client:
+        assert client.list_queues() == []
 
 
 def test_release_version_of_a_live_and_a_dead_host(cassandra: ConnectionSettings) -> None:

@@ -284,6 +284,22 @@ def test_create_open_list_delete(client: QueueClient) -> None:
 
 
 @both_stores
+def test_create_exist_ok_compares_the_settings_given(client: QueueClient) -> None:
+    # Given a queue with a 99 s visibility timeout and 8 lanes
+    client.create_queue("q", visibility_timeout=99.0, lanes=8)
+    # When it is created again, exist_ok, with other values of both
+    with pytest.raises(QueueExists) as refused:
+        client.create_queue("q", visibility_timeout=10.0, lanes=2, exist_ok=True)
+    # Then each difference is named with its current and requested value
+    assert refused.value.differences == {"visibility_timeout": (99.0, 10.0), "lanes": (8, 2)}
+    assert "visibility_timeout 99.0 (requested 10.0), lanes 8 (requested 2)" in str(refused.value)
+    assert "lanes is fixed at creation" in str(refused.value)
+    # And settings not given are not compared, equal ones accepted
+    assert client.create_queue("q", exist_ok=True).settings.lanes == 8
+    assert client.create_queue("q", visibility_timeout=99, exist_ok=True).settings.lanes == 8
+
+
+@both_stores
 def test_recreated_queue_never_shows_old_messages(client: QueueClient) -> None:
     old = client.create_queue("reborn", bucket_size=4)
     old.send_batch([b"old"] * 10)

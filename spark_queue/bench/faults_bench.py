@@ -78,7 +78,7 @@ def run_faults_bench(
     """Run the chosen faults' levels one after another.
 
     Args:
-        settings: Cluster and keyspace (created with the settings' replication).
+        settings: Cluster and keyspace (which must exist: ``bdq bench faults`` creates its own).
         params: Loads, durations and fault levels.
         workdir: Folder for the receivers' delivery records.
         cluster: The local cluster to crash nodes of; ``node`` needs it.

@@ -272,7 +272,7 @@ def run_pipeline_faults(
     """Move ``messages`` through a relay killed ``kills`` times, drain it, check by source id.
 
     Args:
-        settings: Cluster and keyspace (created if missing) of the two queues.
+        settings: Cluster and keyspace (which must exist) of the two queues.
         workdir: Folder for the checkpoint and the relay's log.
         messages: Messages sent to the source queue before the relay starts.
         kills: Number of SIGKILLs, at points planned from ``seed``.

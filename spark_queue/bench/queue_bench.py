@@ -81,8 +81,8 @@ def run_queue_bench(
     """Run the benchmark once against ``settings``' cluster and keyspace.
 
     See ``QueueBenchParams`` for the parameters; ``progress`` receives a short
-    status line now and then. The keyspace and queue tables are created when
-    missing; the run's queues and baseline table are removed at the end.
+    status line now and then. The keyspace must exist (``bdq keyspace
+    create``); the run's queues and baseline table are removed at the end.
 
     Raises:
         InvalidSetting: A parameter breaks its rule (nothing is run).

@@ -12,6 +12,7 @@ from spark_queue.cli.bench_stats import stats as bench_stats
 from spark_queue.cli.cassandra import cassandra
 from spark_queue.cli.dlq import dlq
 from spark_queue.cli.flags import CommandGroup
+from spark_queue.cli.keyspace_commands import keyspace
 from spark_queue.cli.metrics import metrics
 from spark_queue.cli.queue_commands import ack, peek, queue, receive, send
 from spark_queue.cli.top import top
@@ -30,11 +31,14 @@ def main() -> None:
     """spark-queue: a message queue stored in Apache Cassandra, with a Spark connector.
 
     Connection settings come from flags, then the BDQ_* environment variables,
-    then the local defaults (127.0.0.1:9042, keyspace bdq).
+    then the local defaults (127.0.0.1:9042, keyspace bdq). Only `bdq keyspace
+    create` (and `bdq queue create --create-keyspace`) creates a keyspace;
+    `bdq cassandra start` creates the local node's.
     """
 
 
 main.add_command(cassandra)
+main.add_command(keyspace)
 main.add_command(queue)
 for command in (send, receive, peek, ack):
     main.add_command(command)

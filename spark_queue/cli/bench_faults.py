@@ -31,6 +31,7 @@ from spark_queue.bench.faults_report import HEADERS, level_row, write_report
 from spark_queue.cli.flags import echo_json, echo_progress, json_option
 from spark_queue.config import ConnectionSettings, hosts_from_env
 from spark_queue.errors import InvalidSetting
+from spark_queue.local import cql
 from spark_queue.local.node import LocalCluster
 from spark_queue.local.node_conf import default_home
 
@@ -139,6 +140,10 @@ def faults(
             names.remove("node")
     workdir = fresh_workdir()
     try:
+        # The bench's own scratch keyspace: created on purpose, replicated as the paper's.
+        if cql.ensure_keyspace(settings):
+            echo_progress(f"keyspace {settings.keyspace} created (replication factor"
+                          f" {settings.replication_factor})")  # fmt: skip
         if pipeline:
             disturb = None
             if node_fault:

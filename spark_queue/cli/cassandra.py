@@ -1,8 +1,7 @@
-"""``bdq cassandra``: the local Cassandra node (start, stop, status) and the queue keyspace."""
+"""``bdq cassandra``: the local Cassandra node (start, stop, status) and its queue keyspace."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,12 +13,19 @@ from rich.table import Table
 
 from spark_queue.cli.flags import (
     CommandGroup,
-    connection_options,
     echo_json,
     echo_progress,
     json_option,
 )
-from spark_queue.config import ENV_VARS, ConnectionSettings, HostPort, hosts_from_env
+from spark_queue.config import (
+    DEFAULT_KEYSPACE,
+    ENV_VARS,
+    ConnectionSettings,
+    HostPort,
+    check_keyspace,
+    hosts_from_env,
+    parse_hosts,
+)
 from spark_queue.errors import InvalidSetting
 from spark_queue.local import cql
 from spark_queue.local.node import (
@@ -29,6 +35,7 @@ from spark_queue.local.node import (
     LocalCluster,
     NodeStatus,
 )
+from spark_queue.store.keyspace import Replication, create_keyspace
 
 HOSTS_VAR = ENV_VARS["hosts"]
 R = TypeVar("R")
@@ -80,7 +87,7 @@ def _say_external(hosts: tuple[HostPort, ...], what: str) -> None:
 
 @click.group(cls=CommandGroup)
 def cassandra() -> None:
-    """The local Cassandra node: start, stop, status, and the queue keyspace.
+    """The local Cassandra node: start (with its queue keyspace), stop, status.
 
     Local nodes run Apache Cassandra from the official cassandra-all artifacts
     (fetched with Maven on first use) on loopback addresses; their configuration,
@@ -132,6 +139,18 @@ def cassandra() -> None:
     show_default=True,
     help="Seconds to wait for each node to answer CQL.",
 )
+@click.option(
+    "--keyspace",
+    envvar=ENV_VARS["keyspace"],
+    show_envvar=True,
+    default=DEFAULT_KEYSPACE,
+    show_default=True,
+    help="Queue keyspace to create on the local node when missing (SimpleStrategy, one"
+    " replica per node up to 3), with its tables.",
+)
+@click.option(
+    "--no-keyspace", is_flag=True, help="Create no keyspace (bdq keyspace create does, later)."
+)
 @_home_option
 def start(
     nodes: int,
@@ -144,18 +163,23 @@ def start(
     tls: bool,
     tls_required: bool,
     timeout: float,
+    keyspace: str,
+    no_keyspace: bool,
     home: Path | None,
 ) -> None:
     """Start the local node (or --nodes N of them) unless already running.
 
-    Returns once every node answers CQL and prints its version and address.
-    Nodes that are running are left alone, so this is safe to call before
-    anything that needs Cassandra. A node that fails to start prints the end of
-    its log and the command exits with status 1.
+    Returns once every node answers CQL and prints its version and address,
+    then creates the queue keyspace (--keyspace, default bdq) and its tables
+    where missing, and says so: the local node is ready for `make run`, the
+    notebook and the README's examples. Nodes that are running are left alone,
+    so this is safe to call before anything that needs Cassandra. A node that
+    fails to start prints the end of its log and the command exits with status 1.
     """
+    check_keyspace(keyspace)
     hosts = _external_hosts()
     if hosts:
-        _say_external(hosts, "no local node started")
+        _say_external(hosts, "no local node started, no keyspace created")
         return
     cluster = LocalCluster(
         home,
@@ -179,6 +203,8 @@ def start(
         click.echo(f"Cassandra {s.version} at {s.endpoint} (node{s.index}, pid {s.pid}, {how})")
     if len(already) < nodes:
         echo_progress(f"ready in {elapsed:.1f}s; data and logs under {cluster.home}")
+    if not no_keyspace:
+        _create_local_keyspace(cluster, statuses, nodes, keyspace, tls=mode is not None)
     if mode is not None:
         files = cluster.tls_files
         endpoints = ",".join(s.endpoint for s in statuses if s.index <= nodes)
@@ -190,6 +216,27 @@ def start(
             f"  export BDQ_CASSANDRA_TLS_KEY_FILE={files.client_key}\n"
             f"or the connector options tlsCaFile, tlsCertFile and tlsKeyFile with these paths"
         )
+
+
+def _create_local_keyspace(
+    cluster: LocalCluster, statuses: list[NodeStatus], nodes: int, keyspace: str, *, tls: bool
+) -> None:
+    """Create ``keyspace`` and its tables on the local nodes where missing; say what was made."""
+    files = cluster.tls_files if tls else None
+    settings = ConnectionSettings(
+        hosts=parse_hosts([s.endpoint for s in statuses if s.index <= nodes]),
+        keyspace=keyspace,
+        tls_ca_file=str(files.ca) if files else None,
+        tls_cert_file=str(files.client_cert) if files else None,
+        tls_key_file=str(files.client_key) if files else None,
+    )
+    replication = Replication.simple(min(nodes, 3))
+    with cql.connect(settings) as session:
+        # An existing keyspace keeps its replication (the node may have had fewer nodes).
+        report = create_keyspace(
+            session, keyspace, replication, exist_ok=True, compare_replication=False
+        )
+    click.echo(report.summary())
 
 
 @cassandra.command()
@@ -298,30 +345,3 @@ def status(ctx: click.Context, as_json: bool, home: Path | None) -> None:
         Console(soft_wrap=True).print(table)
     if not rows or not all(row["ready"] for row in rows):
         ctx.exit(1)
-
-
-@cassandra.command("create-keyspace")
-@connection_options
-@click.option(
-    "--replication-factor",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Replicas per data center.  [default: 1]",
-)
-def create_keyspace(settings: ConnectionSettings, replication_factor: int | None) -> None:
-    """Create the queue keyspace (--keyspace, default bdq) unless it exists.
-
-    Replication is SimpleStrategy, or NetworkTopologyStrategy in --local-dc when
-    that is given. An existing keyspace is left as it is.
-    """
-    if replication_factor is not None:
-        settings = dataclasses.replace(settings, replication_factor=replication_factor)
-    created = cql.ensure_keyspace(settings)
-    where = ", ".join(map(str, settings.hosts))
-    if created:
-        click.echo(
-            f"keyspace {settings.keyspace} created at {where}"
-            f" (replication factor {settings.replication_factor})"
-        )
-    else:
-        click.echo(f"keyspace {settings.keyspace} already exists at {where}")

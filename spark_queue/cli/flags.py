@@ -92,7 +92,26 @@ def connection_options(func: Callable[..., R]) -> Callable[..., R]:
     Returns:
         The callback with the flags attached.
     """
-    names = [name for name, _, _ in _CONNECTION_FLAGS]
+    return _with_flags(func, list(_CONNECTION_FLAGS))
+
+
+def cluster_options(func: Callable[..., R]) -> Callable[..., R]:
+    """The connection flags but ``--keyspace``, for commands that name the keyspace themselves.
+
+    ``settings.keyspace`` is ``BDQ_KEYSPACE`` or the default: such a command
+    replaces it with the keyspace it was given.
+
+    Args:
+        func: A click command callback that takes ``settings: ConnectionSettings``.
+
+    Returns:
+        The callback with the flags attached.
+    """
+    return _with_flags(func, [flag for flag in _CONNECTION_FLAGS if flag[0] != "keyspace"])
+
+
+def _with_flags(func: Callable[..., R], flags: list[tuple[str, str, str]]) -> Callable[..., R]:
+    names = [name for name, _, _ in flags]
 
     @functools.wraps(func)
     def with_settings(*args: Any, **kwargs: Any) -> R:
@@ -101,7 +120,7 @@ def connection_options(func: Callable[..., R]) -> Callable[..., R]:
         return func(*args, **kwargs)
 
     command: Callable[..., R] = with_settings
-    for name, flag, help_text in reversed(_CONNECTION_FLAGS):
+    for name, flag, help_text in reversed(flags):
         envvar = ENV_VARS.get(name)
         command = click.option(
             flag,

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
 from spark_queue.cli.flags import CommandGroup, connection_options, echo_progress
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
+from spark_queue.errors import InvalidSetting
 from spark_queue.ops.prometheus import REGISTRY, QueueCollector, serve
 
 
@@ -19,7 +23,10 @@ def metrics() -> None:
 
 
 @metrics.command(name="serve")
-@click.option("--port", type=click.IntRange(1, 65535), default=9464, show_default=True)
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=9464, show_default=True,
+    help="Port to listen on.",
+)  # fmt: skip
 @click.option(
     "--addr", default="127.0.0.1", show_default=True,
     help="Address to listen on (0.0.0.0: every interface).",
@@ -42,16 +49,39 @@ def serve_command(
     with QueueClient(settings=settings) as client:
         collector = QueueCollector(client, patterns)
         REGISTRY.register(collector)
-        server = serve(port, addr)
         try:
-            echo_progress(
-                f"serving metrics of keyspace {settings.keyspace!r} at"
-                f" http://{addr}:{port}/metrics (Ctrl-C stops)"
-            )
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+            server = _listen(port, addr)
+            try:
+                echo_progress(
+                    f"serving metrics of keyspace {settings.keyspace!r} at"
+                    f" http://{addr}:{port}/metrics (Ctrl-C stops)"
+                )
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                server.shutdown()
         finally:
-            server.shutdown()
             REGISTRY.unregister(collector)
+
+
+def _listen(port: int, addr: str) -> Any:
+    """Start the endpoint, or say in one line why it cannot listen at ``addr``:``port``."""
+    try:
+        return serve(port, addr)
+    except socket.gaierror as e:
+        raise InvalidSetting(
+            f"--addr {addr!r}: not a name or address this machine resolves ({e.strerror}); give"
+            " one of its addresses, such as 127.0.0.1, or 0.0.0.0 for every interface"
+        ) from e
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            rule = "already in use; stop what listens there, or pick another port with --port"
+        elif e.errno == errno.EADDRNOTAVAIL:
+            rule = "not an address of this machine; give one of its own, or 0.0.0.0"
+        elif e.errno == errno.EACCES:
+            rule = "not allowed (ports below 1024 need privileges); pick another with --port"
+        else:
+            rule = f"cannot listen there ({e.strerror or e})"
+        raise InvalidSetting(f"--addr {addr!r} --port {port}: {rule}") from e

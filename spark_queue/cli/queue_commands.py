@@ -16,14 +16,22 @@ from rich.live import Live
 from rich.table import Table
 
 from spark_queue import defaults
-from spark_queue.cli.flags import CommandGroup, connection_options, echo_json, json_option
+from spark_queue.cli.flags import (
+    CommandGroup,
+    connection_options,
+    echo_json,
+    echo_progress,
+    json_option,
+)
+from spark_queue.cli.keyspace_commands import replication_of, replication_options
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.engine.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
 from spark_queue.engine.redrive import DEAD_LETTER_HEADERS
-from spark_queue.errors import InvalidMessage, InvalidSetting
+from spark_queue.errors import InvalidMessage, InvalidSetting, QueueExists
 from spark_queue.message import Delivery, Message, QueueStats
 from spark_queue.queue import Queue
+from spark_queue.store.catalog import FIXED
 
 _console = Console()
 
@@ -38,40 +46,93 @@ def queue() -> None:
 @click.option(
     "--bucket-size",
     type=int,
-    default=defaults.BUCKET_SIZE,
-    show_default=True,
-    help="Ids per bucket.",
+    show_default=str(defaults.BUCKET_SIZE),
+    help="Ids per bucket (fixed).",
 )
 @click.option(
-    "--visibility-timeout", type=float, default=defaults.VISIBILITY_TIMEOUT, show_default=True,
+    "--visibility-timeout", type=float, show_default=f"{defaults.VISIBILITY_TIMEOUT:g}",
     help="Seconds a received message stays invisible.",
 )  # fmt: skip
 @click.option(
-    "--order-hint", "-k", type=int, default=defaults.ORDER_HINT, show_default=True,
+    "--order-hint", "-k", type=int, show_default=str(defaults.ORDER_HINT),
     help="K: pick among the oldest K visible messages (1 = best order).",
 )  # fmt: skip
+@click.option("--message-ttl", type=int, show_default=str(defaults.MESSAGE_TTL), help="Seconds.")
+@click.option("--max-deliveries", type=int, help="Move to the DLQ after this many.")
+@click.option("--dead-letter-queue", help="Queue taking messages past max.")
 @click.option(
-    "--message-ttl", type=int, default=defaults.MESSAGE_TTL, show_default=True, help="Seconds."
+    "--max-message-bytes", type=int, show_default=str(defaults.MAX_MESSAGE_BYTES),
+    help="Largest payload accepted.",
+)  # fmt: skip
+@click.option(
+    "--seal-delay", type=float, show_default=f"{defaults.SEAL_DELAY:g}", help="Seconds (fixed)."
 )
-@click.option("--max-deliveries", type=int, default=None, help="Move to the DLQ after this many.")
-@click.option("--dead-letter-queue", default=None, help="Queue taking messages past max.")
 @click.option(
-    "--max-message-bytes", type=int, default=defaults.MAX_MESSAGE_BYTES, show_default=True
-)
-@click.option(
-    "--seal-delay", type=float, default=defaults.SEAL_DELAY, show_default=True, help="Seconds."
-)
-@click.option(
-    "--lanes", type=int, default=defaults.LANES, show_default=True,
+    "--lanes", type=int, show_default=str(defaults.LANES),
     help="Units of order: up to this many consumers receive side by side (fixed).",
 )  # fmt: skip
-@click.option("--exist-ok", is_flag=True, help="Succeed if the queue exists already.")
+@click.option(
+    "--exist-ok", is_flag=True,
+    help="Succeed if the queue exists already with the values of the flags given here (flags"
+    " left out are not compared); refused, naming each, when they differ.",
+)  # fmt: skip
+@click.option(
+    "--create-keyspace", is_flag=True,
+    help="Create the keyspace (and its tables) first if missing, with the replication of"
+    " --dc or --simple; without it a missing keyspace is an error.",
+)  # fmt: skip
+@replication_options
 @connection_options
-def create(settings: ConnectionSettings, name: str, exist_ok: bool, **queue_settings: Any) -> None:
-    """Create queue NAME."""
+def create(
+    settings: ConnectionSettings,
+    name: str,
+    exist_ok: bool,
+    create_keyspace: bool,
+    dcs: dict[str, int],
+    simple: int | None,
+    **queue_settings: Any,
+) -> None:
+    """Create queue NAME.
+
+    With --exist-ok an existing queue is accepted when every setting flag given
+    equals its value (like SQS's CreateQueue); one that differs is refused by
+    name, with its current and requested values, and nothing is changed.
+    """
+    replication = replication_of(dcs, simple)
+    if replication is not None and not create_keyspace:
+        raise click.UsageError("--dc and --simple: only with --create-keyspace")
+    if create_keyspace:
+        if replication is None:
+            raise click.UsageError(
+                "--create-keyspace: give the keyspace's replication, --dc DC=N per data center"
+                " or --simple N for a local node"
+            )
+        report = QueueClient.create_keyspace(replication, exist_ok=True, settings=settings)
+        if report.created or report.tables_created or report.columns_added:
+            echo_progress(report.summary())
     with QueueClient(settings=settings) as client:
-        q = client.create_queue(name, exist_ok=exist_ok, **queue_settings)
+        try:
+            q = client.create_queue(name, exist_ok=exist_ok, **queue_settings)
+        except QueueExists as e:
+            raise QueueExists(
+                _exists_message(name, e.differences), differences=e.differences
+            ) from e
     click.echo(f"queue {q.name!r} ready (id {q.queue_id})")
+
+
+def _exists_message(name: str, differences: Mapping[str, tuple[object, object]]) -> str:
+    """Why ``bdq queue create`` refused an existing queue, in the words of its flags."""
+    if not differences:
+        return f"queue {name!r}: already exists; pass --exist-ok to accept it, or delete it first"
+    flags = {key: "--" + key.replace("_", "-") for key in differences}
+    listed = ", ".join(
+        f"{flags[k]} {now!r} (requested {new!r})" for k, (now, new) in differences.items()
+    )
+    fixed = [flags[k] for k in differences if k in FIXED]
+    how = "change them with 'bdq queue update', or leave the flags out"
+    if fixed:
+        how = f"{', '.join(fixed)}: fixed at creation, delete the queue to change; " + how
+    return f"queue {name!r}: exists with other settings: {listed}; nothing changed ({how})"
 
 
 @queue.command()

@@ -1,7 +1,7 @@
 """The few CQL conversations the CLI, the Makefile and the tests need outside the queue engine.
 
-Ask a host its version, create the keyspace the queue lives in, drop a scratch
-keyspace. Every function opens its own short-lived connection from a
+Ask a host its version, create the keyspace the queue lives in (with its tables),
+drop a scratch keyspace. Every function opens its own short-lived connection from a
 :class:`~spark_queue.config.ConnectionSettings` and closes it again: these run
 once per command or per test, never on a hot path.
 """
@@ -104,11 +104,12 @@ def _session(
 
 
 def ensure_keyspace(settings: ConnectionSettings, *, session: Session | None = None) -> bool:
-    """Create ``settings.keyspace`` unless it exists.
+    """Create ``settings.keyspace`` and its queue tables unless they exist.
 
     Replication is SimpleStrategy with ``settings.replication_factor``, or
     NetworkTopologyStrategy in ``settings.local_dc`` when that is set. An existing
-    keyspace is left exactly as it is.
+    keyspace keeps its replication; only its missing tables and columns are made.
+    For the local node and the tests; users create keyspaces with ``bdq keyspace create``.
 
     Args:
         settings: Where, which keyspace and with what replication factor.
@@ -120,14 +121,18 @@ def ensure_keyspace(settings: ConnectionSettings, *, session: Session | None = N
     Raises:
         BackendUnavailable: The cluster could not be reached.
     """
-    keyspace = check_keyspace(settings.keyspace)
+    from spark_queue.store.keyspace import create_keyspace, local_replication
+
     with _session(settings, session) as s:
-        if keyspace in s.cluster.metadata.keyspaces:
-            return False
-        s.execute(
-            f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {settings.replication()}"
+        report = create_keyspace(
+            s,
+            settings.keyspace,
+            local_replication(settings),
+            exist_ok=True,
+            compare_replication=False,
+            timeout=max(60.0, settings.request_timeout),
         )
-        return True
+        return report.created
 
 
 def drop_keyspace(settings: ConnectionSettings, *, session: Session | None = None) -> None:

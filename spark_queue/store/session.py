@@ -28,6 +28,7 @@ from cassandra import (
     ProtocolVersion,
     ReadTimeout,
     Unavailable,
+    UnresolvableContactPoints,
     WriteTimeout,
 )
 from cassandra.auth import AuthProvider, PlainTextAuthProvider
@@ -45,7 +46,12 @@ from cassandra.policies import AddressTranslator, DCAwareRoundRobinPolicy, Token
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
 from spark_queue.config import ConnectionSettings
-from spark_queue.errors import BackendUnavailable, InvalidSetting, SparkQueueError
+from spark_queue.errors import (
+    BackendUnavailable,
+    InvalidSetting,
+    KeyspaceNotFound,
+    SparkQueueError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +86,22 @@ SERIAL_READ = "bdq-serial-read"
 
 Params = Sequence[Any]
 
+#: The tables of ``schema.cql``, in its order.
+TABLES = (
+    "queues",
+    "sequences",
+    "pointers",
+    "messages",
+    "journal",
+    "send_log",
+    "bucket_counts",
+    "ownership",
+    "lane_ownership",
+)
+
 #: ``(table, column, type)`` added to schema.cql after its first release: older
-#: keyspaces get them by ALTER, and their older rows hold none.
+#: keyspaces get them by ALTER (``bdq keyspace create NAME --exist-ok``), and
+#: their older rows hold none.
 ADDED_COLUMNS = (
     ("messages", "payload_bytes", "int"),
     ("messages", "lane", "int"),
@@ -90,18 +110,27 @@ ADDED_COLUMNS = (
 
 
 class Store:
-    """A session on one keyspace with the queue schema in place.
+    """A session on one keyspace that holds the queue schema.
+
+    Opening a store never changes the cluster: it checks that the keyspace and
+    every table and column of ``schema.cql`` are there, and raises
+    KeyspaceNotFound (naming the command that creates them) when any is missing.
+    Only :mod:`spark_queue.store.keyspace` creates them, when asked to.
 
     Args:
         settings: Where and how to connect.
-        create_schema: Create the keyspace (with ``settings.replication_factor``)
-            and the tables when they are missing.
+        check_schema: Check the keyspace and its tables (only the code that
+            creates them opens a store without the check).
+
+    Raises:
+        KeyspaceNotFound: The keyspace, a table or a column is missing.
+        BackendUnavailable: Cassandra could not be reached.
     """
 
     _shared: ClassVar[dict[tuple[int, ConnectionSettings], Store]] = {}
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, settings: ConnectionSettings, *, create_schema: bool = True) -> None:
+    def __init__(self, settings: ConnectionSettings, *, check_schema: bool = True) -> None:
         self.settings = settings
         self.keyspace = settings.keyspace
         self._prepared: dict[str, PreparedStatement] = {}
@@ -109,8 +138,12 @@ class Store:
         self.cluster = _make_cluster(settings)
         with translate_errors(f"connecting to Cassandra at {_hosts(settings)}"):
             self.session: Session = self.cluster.connect()
-        if create_schema:
-            self.ensure_schema()
+        if check_schema:
+            try:
+                check_schema_of(self.session, settings)
+            except KeyspaceNotFound:
+                self.cluster.shutdown()
+                raise
 
     @classmethod
     def shared(cls, settings: ConnectionSettings) -> Store:
@@ -132,41 +165,6 @@ class Store:
         self.cluster.shutdown()
 
     # -- schema ------------------------------------------------------------------
-
-    def ensure_schema(self) -> None:
-        """Create the keyspace and tables if any is missing (idempotent, cheap when present)."""
-        metadata = self.cluster.metadata.keyspaces.get(self.keyspace)
-        wanted = {
-            "queues",
-            "sequences",
-            "pointers",
-            "messages",
-            "journal",
-            "send_log",
-            "bucket_counts",
-            "ownership",
-            "lane_ownership",
-        }
-        tables = metadata.tables if metadata is not None else {}
-        # Tables made before a column of schema.cql get it added (ALTER below).
-        added = [
-            (table, column, kind)
-            for table, column, kind in ADDED_COLUMNS
-            if table in tables and column not in tables[table].columns
-        ]
-        if metadata is not None and wanted <= set(tables) and not added:
-            return
-        if metadata is None:
-            self.execute_ddl(
-                f"CREATE KEYSPACE IF NOT EXISTS {self.keyspace}"
-                f" WITH replication = {self.settings.replication()}"
-            )
-        for statement in schema_statements(self.keyspace):
-            self.execute_ddl(statement)
-        for table, column, kind in added:
-            self.execute_ddl(
-                f"ALTER TABLE {self.keyspace}.{table} ADD IF NOT EXISTS {column} {kind}"
-            )
 
     def execute_ddl(self, cql: str) -> None:
         """Run a schema statement and wait for schema agreement."""
@@ -245,6 +243,47 @@ class Store:
             return self.session.execute_async(statement, tuple(params))
 
 
+def missing_schema(session: Session, keyspace: str) -> tuple[list[str], list[str]] | None:
+    """What ``keyspace`` lacks of ``schema.cql``: ``(tables, "table.column"s)``; None: no keyspace.
+
+    Read from the driver's schema metadata, which it keeps current: no query.
+    """
+    # Unquoted names, as spark-queue writes them, are lower case in Cassandra.
+    metadata = session.cluster.metadata.keyspaces.get(keyspace.lower())
+    if metadata is None:
+        return None
+    tables = metadata.tables
+    columns = [
+        f"{table}.{column}"
+        for table, column, _ in ADDED_COLUMNS
+        if table in tables and column not in tables[table].columns
+    ]
+    return [t for t in TABLES if t not in tables], columns
+
+
+def check_schema_of(session: Session, settings: ConnectionSettings) -> None:
+    """Raise KeyspaceNotFound, naming the fix, unless the keyspace holds the whole schema."""
+    keyspace = settings.keyspace
+    missing = missing_schema(session, keyspace)
+    if missing is None:
+        raise KeyspaceNotFound(
+            f"keyspace {keyspace!r} not found at {_hosts(settings)}: create it with"
+            f" `bdq keyspace create {keyspace} --dc DC=N ...` (or `--simple 1` on a single local"
+            " node)"
+        )
+    tables, columns = missing
+    if tables:
+        raise KeyspaceNotFound(
+            f"keyspace {keyspace!r} lacks the queue tables {', '.join(tables)}: create them"
+            f" with `bdq keyspace create {keyspace} --exist-ok`"
+        )
+    if columns:
+        raise KeyspaceNotFound(
+            f"keyspace {keyspace!r} holds the tables of an older spark-queue (no column"
+            f" {', '.join(columns)}): upgrade them with `bdq keyspace create {keyspace} --exist-ok`"
+        )
+
+
 def schema_statements(keyspace: str) -> list[str]:
     """The packaged ``schema.cql``, split into statements, for ``keyspace``."""
     text = resources.files("spark_queue.store").joinpath("schema.cql").read_text()
@@ -303,14 +342,20 @@ def new_cluster(settings: ConnectionSettings, contact_points: list[Any], **optio
         options["protocol_version"] = settings.protocol_version
     if _address_translator is not None:
         options.setdefault("address_translator", _address_translator)
-    cluster = Cluster(
-        contact_points,
-        auth_provider=_auth_provider(settings),
-        ssl_context=_ssl_context(settings),
-        connect_timeout=settings.connect_timeout,
-        control_connection_timeout=settings.connect_timeout,
-        **options,
-    )
+    try:
+        cluster = Cluster(
+            contact_points,
+            auth_provider=_auth_provider(settings),
+            ssl_context=_ssl_context(settings),
+            connect_timeout=settings.connect_timeout,
+            control_connection_timeout=settings.connect_timeout,
+            **options,
+        )
+    except UnresolvableContactPoints:
+        raise InvalidSetting(
+            f"hosts {_hosts(settings)!r}: no contact point resolves to an address; check the"
+            " names (--hosts, BDQ_CASSANDRA_HOSTS) or give IP addresses"
+        ) from None
     if settings.protocol_version is None:
         # Not pinned, so the driver still negotiates down (4, 3) where v5 is
         # refused; starting at v5, the highest Apache Cassandra speaks, saves the
