@@ -28,12 +28,10 @@ from spark_queue.engine.receipts import ReceiptActions
 from spark_queue.engine.receiving import Receiver
 from spark_queue.engine.redrive import RedriveResult, redrive
 from spark_queue.engine.sending import Headers, Keys, Outgoing, Payload, Sender
+from spark_queue.engine.staging import Staging
 from spark_queue.engine.step_journal import Steps
 from spark_queue.engine.steps import QueueSteps
-from spark_queue.errors import (
-    QueueNotFound,
-    SparkQueueError,
-)
+from spark_queue.errors import QueueNotFound, SparkQueueError
 from spark_queue.message import Delivery, Message, QueueStats
 from spark_queue.producer import Producer
 from spark_queue.store import catalog
@@ -84,6 +82,7 @@ class Queue:
         current = lambda: self.settings  # noqa: E731  (changeable settings are read per use)
         self._dead_letters = DeadLetters(self.buckets, name, current, open_queue)
         self._sending = Sender(store, self.buckets, self._bounds, name, current, self._check_alive)
+        self.staging = Staging(store, self._sending, self.buckets, name, current)  # send-once
         self._receiving = Receiver(
             self.buckets, self._bounds, self._maintenance, self._dead_letters, current
         )
@@ -259,7 +258,7 @@ class Queue:
     ) -> list[int]:
         """Send ``check_batch``'s messages; with ``once``, once per (writer, step, part, chunk)."""
         if once is not None:
-            return self._sending.send_once(*once, outgoing)
+            return self.staging.send(once, outgoing)
         ids = self._sending.write(outgoing)
         self._counts.sent.inc(len(ids))
         return ids

@@ -1,7 +1,7 @@
 """Send-once where a real cluster differs from one host: skewed clocks, attempts at once.
 
 The first attempt of a send fixes its ids and its write time in a lightweight
-transaction, and every attempt writes at that time (engine/sending.py). These
+transaction, and every attempt writes at that time (engine/staging.py). These
 tests fail on a send-once whose writes carry each writer's own clock, or whose
 attempts each reserve ids of their own. Each runs on both stores.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from spark_queue import QueueClient
-from spark_queue.engine import sending
+from spark_queue.engine import sending, staging
 from spark_queue.errors import BackendUnavailable, StaleReceipt
 from spark_queue.queue import Queue
 from spark_queue.store.session import Store
@@ -32,7 +32,8 @@ def host_ahead(
 ) -> Iterator[QueueClient]:
     """A client on a host whose clock is ``seconds`` ahead: wall clock and write timestamps."""
     real_now_ms = sending.now_ms
-    monkeypatch.setattr(sending, "now_ms", lambda: real_now_ms() + int(seconds * 1000))
+    for module in (sending, staging):
+        monkeypatch.setattr(module, "now_ms", lambda: real_now_ms() + int(seconds * 1000))
     if backend.store is not None:
         with QueueClient(store=backend.store.with_clock_offset(seconds)) as client:
             yield client
@@ -45,7 +46,8 @@ def host_ahead(
                 yield client
         finally:
             store.close()
-    monkeypatch.setattr(sending, "now_ms", real_now_ms)
+    for module in (sending, staging):
+        monkeypatch.setattr(module, "now_ms", real_now_ms)
 
 
 def received_within(queue: Queue, wanted: int, seconds: float) -> list[bytes]:
@@ -74,7 +76,7 @@ def test_a_retry_on_a_slower_clock_still_releases_what_a_fast_attempt_wrote(
         def die(*args: Any, **kwargs: Any) -> None:
             raise BackendUnavailable("injected: the executor was lost before its release")
 
-        monkeypatch.setattr(fast_queue._sending, "release", die)
+        monkeypatch.setattr(fast_queue.staging, "publish", die)
         with pytest.raises(BackendUnavailable):
             fast_queue.send_batch_once("w", 5, 0, [b"a", b"b", b"c"])
 

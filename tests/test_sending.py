@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_queue.engine.sending import write_timestamp
+from spark_queue.engine.staging import write_timestamp
 from spark_queue.store.message_values import now_ms
 from spark_queue.store.send_log import SendRecord, SendState
 

@@ -98,7 +98,7 @@ def test_a_bad_row_after_a_full_chunk_fails_the_task_before_anything_is_sent(
 
         # When the task writes them
         with pytest.raises(MessageTooLarge, match=r"row 1201 of partition 0"):
-            write_batches(SinkOptions.parse(options), iter([good, bad]), step=1)
+            write_batches(SinkOptions.parse(options), iter([good, bad]), 1, writer_id or "run-1")
 
         # Then nothing was sent: not the first chunk of 1000 either
         assert queue.stats(exact=True).total == 0

@@ -186,3 +186,26 @@ def test_null_payload_row_fails_the_write_and_names_the_row(
         df.write.format("bdq").options(**connector_options(keyspace)).option("queue", "q").mode(
             "append"
         ).save()
+
+
+@pytest.mark.parametrize("writer_id", [None, "import-bad"], ids=["plain", "writer-id"])
+def test_a_bad_row_in_one_task_leaves_the_whole_write_invisible(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, writer_id: str | None
+) -> None:
+    # Given a write of 3 tasks where only the last holds a bad row (one over the size limit)
+    queue = client.create_queue("whole", max_message_bytes=1024)
+    rows = [(f"ok {i}",) for i in range(300)] + [("x" * 2000,)]
+    df = spark.createDataFrame(rows, "payload string").repartitionByRange(3, "payload")
+    write = df.write.format("bdq").options(**connector_options(keyspace)).option("queue", "whole")
+    if writer_id is not None:
+        write = write.option("writerId", writer_id)
+
+    # When the write fails (the first two tasks staged their rows before the third failed)
+    with pytest.raises(Exception, match=r"row \d+ of partition 2\): over .*1024"):
+        write.mode("append").save()
+
+    # Then no message of it is visible, and without a writerId none is even left staged
+    assert queue.peek(10) == []
+    assert queue.receive(10) == []
+    if writer_id is None:
+        assert queue.stats(exact=True).total == 0

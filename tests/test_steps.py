@@ -132,16 +132,16 @@ def test_send_once_crashing_mid_write_is_finished_by_the_retry(client: QueueClie
 
 def test_send_once_crashing_before_release_is_released_by_the_retry(client: QueueClient) -> None:
     queue = client.create_queue("once-release")
-    original = queue._sending.release
+    original = queue.staging.publish
 
     def crash(*args: Any, **kwargs: Any) -> None:
         raise BackendUnavailable("injected: driver died before releasing")
 
-    queue._sending.release = crash  # type: ignore[method-assign]
+    queue.staging.publish = crash  # type: ignore[method-assign]
     with pytest.raises(BackendUnavailable):
         queue.send_batch_once("w", 9, 2, [b"x", b"y"])
     assert queue.peek(10) == []
-    queue._sending.release = original  # type: ignore[method-assign]
+    queue.staging.publish = original  # type: ignore[method-assign]
 
     queue.send_batch_once("w", 9, 2, [b"x", b"y"])
 
@@ -161,17 +161,17 @@ def test_send_once_retried_after_release_keeps_deliveries_already_held(
 ) -> None:
     # Given a send-once that released its messages, then died before recording DONE
     queue = client.create_queue("once-held")
-    original = SendLog.mark_done
+    original = SendLog.mark_done_many
 
     def crash_on_done(self: SendLog, *args: Any) -> None:
         raise BackendUnavailable("injected: driver died before recording DONE")
 
-    SendLog.mark_done = crash_on_done  # type: ignore[method-assign, assignment]
+    SendLog.mark_done_many = crash_on_done  # type: ignore[method-assign, assignment]
     try:
         with pytest.raises(BackendUnavailable):
             queue.send_batch_once("w", 4, 0, [b"held", b"free"])
     finally:
-        SendLog.mark_done = original  # type: ignore[method-assign]
+        SendLog.mark_done_many = original  # type: ignore[method-assign]
     # and a consumer took one of them meanwhile
     (held,) = queue.receive(1)
 

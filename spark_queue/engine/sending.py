@@ -15,25 +15,8 @@
   message (and keeps the bucket) or the writer sees the seal (and sends
   again): a message is never lost. Ids reserved and never written leave
   gaps that nobody waits for.
-* **Send-once.** ``send_once`` writes messages invisible under ids recorded
-  in the send log, then releases them; a repeat of the same key finishes
-  what an earlier attempt started, and a repeat after DONE changes nothing.
-  No step depends on the clocks of the hosts that write:
-
-  - The first attempt reserves the record with a lightweight transaction,
-    so attempts running at once (a speculative task, a zombie) agree on one
-    set of ids and on one time ``T``: the first attempt's clock.
-  - Every attempt writes the invisible rows at write timestamp ``T`` and
-    the release at ``T + 1`` (microseconds), whatever its own clock says. The
-    release therefore wins over any invisible copy, however late that copy
-    arrives, and a retried release loses to a consumer's lease or ack
-    written after it: nothing a consumer holds is reset.
-  - DONE is a plain write, a shortcut for retries only.
-
-  The remaining bound: a consumer (or, for its lightweight transactions, a
-  Cassandra node) whose clock is behind ``T`` by more than the time from
-  release to receive writes a lease or ack that loses to the release. The
-  message is then delivered again (a duplicate), never lost.
+* **Send-once.** ``staging.py`` writes through ``write`` with a timestamp
+  of its own choosing (``timestamp=``) and retires copies with ``retire``.
 """
 
 from __future__ import annotations
@@ -47,14 +30,12 @@ from types import MappingProxyType
 
 from spark_queue.config import QueueSettings, check_seconds
 from spark_queue.defaults import MAX_BATCH
-from spark_queue.engine import counters
 from spark_queue.engine.bounds import Bounds
 from spark_queue.engine.lanes import StickyLane, check_key, lane_of
-from spark_queue.errors import InvalidMessage, MessageTooLarge, SparkQueueError
+from spark_queue.errors import InvalidMessage, MessageTooLarge
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.ids import IdBlocks
-from spark_queue.store.message_values import LeaseWrite, NewMessage, now_ms
-from spark_queue.store.send_log import SendLog, SendRecord, SendState
+from spark_queue.store.message_values import NewMessage, now_ms
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
@@ -72,19 +53,6 @@ class Outgoing:
     headers: Mapping[str, str]
     delay_ms: int
     lane: int = 0
-
-
-def write_timestamp(record: SendRecord) -> int:
-    """The write timestamp (microseconds) of a send's invisible rows; the release is one later.
-
-    The first attempt's time, so that every attempt writes alike. A record of
-    an earlier version (RESERVED, WRITTEN) had its rows written at their
-    writer's clock: its retry writes at this host's, as those versions did
-    (a release then may reset a lease taken meanwhile: a duplicate at worst).
-    """
-    if record.state is SendState.STAMPED:
-        return record.written_at * 1000
-    return now_ms() * 1000
 
 
 class Sender:
@@ -332,14 +300,14 @@ class Sender:
         )
         if pending and timestamp is None:
             # Nobody saw these invisible copies: ack them so their bucket can go.
-            self._retire([ids[n] for n in again], now, timestamp=None)
+            self.retire([ids[n] for n in again], now, timestamp=None)
         new_ids = self.write(
             [outgoing[n] for n in again], pending=pending, now=now, timestamp=timestamp
         )
         for n, new_id in zip(again, new_ids, strict=True):
             ids[n] = new_id
 
-    def _retire(self, ids: Sequence[int], now: int, *, timestamp: int | None) -> None:
+    def retire(self, ids: Sequence[int], now: int, *, timestamp: int | None) -> None:
         """Ack invisible copies nobody may receive (their bucket can go); ``now``: enqueue ms."""
         expires_at = now + self._settings().message_ttl * 1000
         self._buckets.mark_acked(
@@ -347,64 +315,6 @@ class Sender:
             now_ms(),
             timestamp=timestamp,
         )
-
-    # -- send-once -----------------------------------------------------------------
-
-    def send_once(
-        self, writer: str, step: int, part: int, chunk: int, outgoing: Sequence[Outgoing]
-    ) -> list[int]:
-        """Send checked messages once per ``(writer, step, part, chunk)`` (see module doc)."""
-        send_log = SendLog(self._store, self.queue_id)
-        key = (writer, step, part, chunk)
-        fresh = self.reserve(len(outgoing))
-        record = send_log.reserve(*key, [i for i, _ in fresh], now_ms())
-        if len(record.ids) != len(outgoing):
-            raise SparkQueueError(
-                f"send of writer {writer!r}, step {step}, part {part}, chunk {chunk} to queue"
-                f" {self._name!r}:"
-                f" {len(outgoing)} messages now, {len(record.ids)} when first sent; a repeated"
-                " send must carry the same messages (is the input deterministic?)"
-            )
-        if record.state is SendState.DONE:
-            return record.ids
-        if record.ids != [i for i, _ in fresh]:  # an earlier attempt's: reserved long ago
-            fresh = [(i, float("-inf")) for i in record.ids]
-        stamp = write_timestamp(record)
-        ids = self.write(outgoing, ids=fresh, pending=True, now=record.written_at, timestamp=stamp)
-        retired: list[int] = []
-        if ids != record.ids:  # repaired: late copies in sealed buckets were sent again
-            held = send_log.move_ids(*key, record.ids, ids)
-            if held == ids:
-                retired = [old for old, new in zip(record.ids, ids, strict=True) if old != new]
-            else:  # an attempt running at once moved them first: its copies hold, not ours
-                self._retire(
-                    [i for i in ids if i not in held], record.written_at, timestamp=stamp + 2
-                )
-                ids = held
-        self.release(ids, outgoing, record.written_at, stamp + 1)
-        if retired:  # only once the copies that replace them are visible
-            self._retire(retired, record.written_at, timestamp=stamp + 2)
-        send_log.mark_done(*key)
-        counters.SENT.labels(queue=self._name).inc(len(ids))
-        return ids
-
-    def release(
-        self, ids: Sequence[int], outgoing: Sequence[Outgoing], written_at: int, timestamp: int
-    ) -> None:
-        """Make pending messages visible (after their delay), as fresh, never-delivered ones.
-
-        At write timestamp ``timestamp``, after that of the invisible rows: the
-        release beats them in whatever order they land, and loses to a
-        consumer's lease or ack written since an earlier release, so a retry
-        resets nothing a consumer holds (see the module doc for the clock bound).
-        """
-        now = now_ms()
-        expires_at = written_at + self._settings().message_ttl * 1000
-        writes = [
-            LeaseWrite(self._buckets.bucket_of(i), i, 0, now + o.delay_ms, 0, expires_at)
-            for i, o in zip(ids, outgoing, strict=True)
-        ]
-        self._buckets.write_leases_shared(writes, now, timestamp=timestamp)
 
 
 def _per_message(name: str, value: object, count: int) -> list[object]:

@@ -5,28 +5,40 @@ row; the ``queue`` option is the default), ``headers`` (map<string,string>),
 ``delay_ms`` (bigint or int), ``key`` (string: the unit of order, ``lanes.py``;
 null or absent: the lane of the task's thread). Any other column is refused when
 the query starts. Every row of a task is checked (columns, then each target
-queue's rules: size, headers, delay, key) before its first message is sent, so
-a bad row fails the task with nothing of it written; the task holds its rows
+queue's rules: size, headers, delay, key) before its first message is written,
+and the error names the row's position and the rule; the task holds its rows
 in memory until then.
 
-Guarantees:
+All or nothing: tasks write their messages invisible, in chunks keyed by
+(writer, batch id, partition, chunk) through the queue's send-once
+(``engine/staging.py``), and hand what they staged to the driver. The
+writer's ``commit`` makes everything visible at once; ``abort`` leaves
+nothing visible. So a ``df.write`` that fails on a bad row in any task, or
+loses a task for good, writes nothing, and a micro-batch is visible whole or
+not at all. A retried task adopts what its failed attempt staged: the retry
+writes nothing twice.
 
-* Without ``writerId``: at-least-once. A retried task or a replayed
-  micro-batch sends its rows again (like Spark's Kafka sink).
-* With ``writerId``: no duplicates. Each task sends its rows in chunks keyed
-  by (writerId and the query id, batch id, partition, chunk) through the
-  queue's idempotent send, so a retried task or replayed batch finishes what
-  the first attempt began instead of sending again. The query id comes from
-  the checkpoint, so one writerId may serve several checkpoints safely.
-  This needs deterministic input (the same rows in the same order on
-  replay), as a bdq or Kafka source gives. For
-  ``df.write`` (no batch id), one writerId names one write: running the same
-  write again with the same writerId sends nothing.
+Guarantees across restarts:
+
+* Without ``writerId``: at-least-once. The writer is named for the write (or
+  the query's run); ``abort`` drops what it staged. A micro-batch replayed
+  after a crash of the driver is written again, under the new run's name
+  (like Spark's Kafka sink). What the crashed run staged and never committed
+  stays invisible until its TTL.
+* With ``writerId``: no duplicates. The writer is the writerId and the query
+  id, so a replayed batch finishes what the first run began instead of
+  writing again, and ``abort`` keeps what was staged for the replay. The
+  query id comes from the checkpoint, so one writerId may serve several
+  checkpoints safely. This needs deterministic input (the same rows in the
+  same order on replay), as a bdq or Kafka source gives. For ``df.write``
+  (no batch id), one writerId names one write: running the same write again
+  with the same writerId sends nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,6 +62,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from spark_queue.engine.staging import Staged
 from spark_queue.errors import InvalidSetting
 from spark_queue.spark.options import SinkOptions
 from spark_queue.spark.worker_handles import open_queue
@@ -103,28 +116,36 @@ def check_sink_schema(schema: StructType, options: SinkOptions) -> None:
 
 @dataclass
 class SinkCommit(WriterCommitMessage):
-    """What one task sent: messages per queue."""
+    """What one task staged: messages per queue, and the sends the driver publishes."""
 
     partition: int
     sent: dict[str, int] = field(default_factory=dict)
+    staged: dict[str, list[Staged]] = field(default_factory=dict)
+
+
+def writer_name(options: SinkOptions, run: str, query_id: str | None) -> str:
+    """The send-once writer of a write: ``run`` (unique to this write), or the writerId.
+
+    A writerId gets the streaming query's id (from the checkpoint) appended:
+    a restart keeps it, a new checkpoint (whose batch ids start again at 0)
+    gets a new one, so reusing a writerId never mistakes new rows for old.
+    """
+    if options.writer_id is None:
+        return run
+    return options.writer_id if query_id is None else f"{options.writer_id}@{query_id}"
 
 
 def write_batches(
     options: SinkOptions,
     batches: Iterator[pa.RecordBatch],
     step: int | None,
-    query_id: str | None = None,
+    writer: str,
 ) -> SinkCommit:
-    """Check every row of one task, then send them chunk by chunk per target queue.
+    """Check every row of one task, then stage them chunk by chunk per target queue.
 
-    With a writer id, sends are keyed by (writer id and the streaming query's
-    id, step (Spark's batch id), partition, chunk). The query id lives in the
-    checkpoint: a restart keeps it, a new checkpoint (whose batch ids start again at 0)
-    gets a new one, so reusing a writer id never mistakes new rows for old.
+    Sends are keyed by (``writer``, step (Spark's batch id, 0 for ``df.write``),
+    partition, chunk); nothing is visible until the driver publishes them.
     """
-    writer = None
-    if options.writer_id is not None:
-        writer = options.writer_id if query_id is None else f"{options.writer_id}@{query_id}"
     context = TaskContext.get()
     part = context.partitionId() if context else 0
     pending: dict[str, _Rows] = {}
@@ -151,11 +172,39 @@ def write_batches(
     }
     sent = SinkCommit(part)
     for name, chunks in checked.items():
-        for chunk, outgoing in enumerate(chunks):
-            once = None if writer is None else (writer, step or 0, part, chunk)
-            queues[name].send_checked(outgoing, once)
+        sent.staged[name] = [
+            queues[name].staging.stage((writer, step or 0, part, chunk), outgoing)
+            for chunk, outgoing in enumerate(chunks)
+        ]
         sent.sent[name] = sum(len(outgoing) for outgoing in chunks)
     return sent
+
+
+def publish(options: SinkOptions, messages: list[WriterCommitMessage | None]) -> None:
+    """The driver's commit: make every task's staged messages visible."""
+    staged: dict[str, list[Staged]] = defaultdict(list)
+    for m in messages:
+        for name, sends in (m.staged if isinstance(m, SinkCommit) else {}).items():
+            staged[name] += sends
+    for name, sends in staged.items():
+        open_queue(options.connection, name).staging.publish(sends)
+
+
+def discard(
+    options: SinkOptions, messages: list[WriterCommitMessage | None], writer: str, step: int
+) -> None:
+    """The driver's abort of a write named for itself: drop what its tasks staged.
+
+    Every queue a finished task wrote to, and the ``queue`` option's, is
+    cleared of the step's unpublished sends (a failed task's too: the send
+    log names them).
+    """
+    names = {name for m in messages if isinstance(m, SinkCommit) for name in m.staged}
+    if options.queue is not None:
+        names.add(options.queue)
+    for name in sorted(names):
+        dropped = open_queue(options.connection, name).staging.discard(writer, step)
+        log.info("bdq sink: dropped %d staged message(s) of queue %r", dropped, name)
 
 
 @dataclass
@@ -286,38 +335,57 @@ def _log_commit(messages: list[WriterCommitMessage | None], what: str) -> None:
 
 
 class BdqStreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream.format("bdq")``."""
+    """``df.writeStream.format("bdq")``: each micro-batch visible whole, at its commit."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
+        self.run = f"run-{uuid.uuid4().hex}"  # made on the driver, once per run of the query
+
+    def _writer(self, query_id: str | None) -> str:
+        return writer_name(self.options, self.run, query_id)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = TaskContext.get()
         batch = context.getLocalProperty("streaming.sql.batchId") if context else None
         query = context.getLocalProperty("sql.streaming.queryId") if context else None
-        return write_batches(
-            self.options, iterator, int(batch) if batch is not None else None, query
-        )
+        step = int(batch) if batch is not None else None
+        return write_batches(self.options, iterator, step, self._writer(query))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        publish(self.options, messages)
         _log_commit(messages, f"batch {batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning(
-            "bdq sink: batch %d aborted; messages already sent stay in their queues%s",
-            batchId,
-            "" if self.options.writer_id else " (the retry may send them again)",
-        )
+        if self.options.writer_id is not None:
+            log.warning(
+                "bdq sink: batch %d aborted; its staged messages stay invisible until the"
+                " query replays the batch (same writerId and checkpoint)",
+                batchId,
+            )
+            return
+        discard(self.options, messages, self.run, batchId)
 
 
 class BdqBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("bdq")``: append only."""
+    """``df.write.format("bdq")``: append only, visible whole at the job's commit."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
+        self.writer = writer_name(options, f"write-{uuid.uuid4().hex}", None)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        return write_batches(self.options, iterator, None)
+        return write_batches(self.options, iterator, None, self.writer)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        publish(self.options, messages)
         _log_commit(messages, "write")
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.options.writer_id is not None:
+            log.warning(
+                "bdq sink: write aborted; its staged messages stay invisible until the same"
+                " write runs again with writerId %r",
+                self.options.writer_id,
+            )
+            return
+        discard(self.options, messages, self.writer, 0)

@@ -26,6 +26,10 @@ RESERVE = (
     "INSERT INTO {ks}.send_log (queue_id, writer, batch_id, part, chunk, state, ids, written_at)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
 )
+READ_STEP = (
+    "SELECT state, ids, toUnixTimestamp(written_at) FROM {ks}.send_log"
+    " WHERE queue_id = ? AND writer = ? AND batch_id = ?"
+)
 SET_STATE = f"UPDATE {{ks}}.send_log SET state = ? WHERE {_KEY}"
 MOVE_IDS = f"UPDATE {{ks}}.send_log SET ids = ? WHERE {_KEY} IF ids = ?"
 
@@ -122,10 +126,20 @@ class SendLog:
         record = self.read(writer, step, part, chunk)
         return list(old) if record is None else record.ids
 
+    def records_of(self, writer: str, step: int) -> list[SendRecord]:
+        """The records of every part and chunk of one writer's step."""
+        rows = self.store.rows(
+            READ_STEP, (self.queue_id, writer, step), what="reading the send log"
+        )
+        return [SendRecord(SendState(state), _unpack(ids), at) for state, ids, at in rows]
+
     def mark_done(self, writer: str, step: int, part: int, chunk: int) -> None:
         """Record that the send's messages were released (a retry then does nothing)."""
-        self.store.execute(
-            SET_STATE,
-            (SendState.DONE.value, self.queue_id, writer, step, part, chunk),
+        self.mark_done_many([(writer, step, part, chunk)])
+
+    def mark_done_many(self, keys: Sequence[tuple[str, int, int, int]]) -> None:
+        """``mark_done`` for many sends, concurrently."""
+        self.store.execute_many(
+            [(SET_STATE, (SendState.DONE.value, self.queue_id, *key)) for key in keys],
             what="recording send progress",
         )

@@ -1,0 +1,189 @@
+"""Send-once: messages written invisible under recorded ids, published later, on any clock.
+
+A send is keyed by ``(writer, step, part, chunk)``. ``stage`` writes its
+messages invisible and returns a ``Staged`` (picklable: a Spark task hands it
+to the driver); ``publish`` makes staged sends visible and records them DONE;
+``send`` does both. A repeat of a key finishes what an earlier attempt began,
+and after DONE changes nothing. No step depends on the clocks of the hosts
+that write:
+
+- The first attempt reserves the record with a lightweight transaction, so
+  attempts running at once (a speculative task, a zombie) agree on one set of
+  ids and on one time ``T``: the first attempt's clock.
+- Every attempt writes the invisible rows at write timestamp ``T`` and the
+  release at ``T + 1`` (microseconds), whatever its own clock says. The
+  release therefore wins over any invisible copy, however late that copy
+  arrives, and a repeated release loses to a consumer's lease or ack written
+  after the first: nothing a consumer holds is reset.
+- Copies a repair replaced, and discarded sends, are acked at ``T + 2``:
+  no later copy of the rows at ``T`` revives them.
+- DONE is a plain write, a shortcut for retries only.
+
+The remaining bound: a consumer (or, for its lightweight transactions, a
+Cassandra node) whose clock is behind ``T`` by more than the time from
+release to receive writes a lease or ack that loses to the release. The
+message is then delivered again (a duplicate), never lost.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from spark_queue.config import QueueSettings
+from spark_queue.engine import counters
+from spark_queue.engine.sending import Outgoing, Sender
+from spark_queue.errors import SparkQueueError
+from spark_queue.store.buckets import Buckets
+from spark_queue.store.message_values import LeaseWrite, now_ms
+from spark_queue.store.send_log import SendLog, SendRecord, SendState
+from spark_queue.store.session import Store
+
+SendKey = tuple[str, int, int, int]
+
+
+def write_timestamp(record: SendRecord) -> int:
+    """The write timestamp (microseconds) of a send's invisible rows; the release is one later.
+
+    The first attempt's time, so that every attempt writes alike. A record of
+    an earlier version (RESERVED, WRITTEN) had its rows written at their
+    writer's clock: its retry writes at this host's, as those versions did
+    (a release then may reset a lease taken meanwhile: a duplicate at worst).
+    """
+    if record.state is SendState.STAMPED:
+        return record.written_at * 1000
+    return now_ms() * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """One send written invisible: what ``publish`` needs to release it, or ``discard`` to drop it.
+
+    Attributes:
+        key: ``(writer, step, part, chunk)``.
+        ids: The recorded ids, one per message.
+        delays_ms: Each message's delay, counted from its release.
+        written_at: The first attempt's time (ms): the enqueue time of the messages.
+        stamp: The write timestamp of the invisible rows (µs).
+        replaced: Copies a repair replaced, retired once the new ones are visible.
+        done: An earlier attempt published it: nothing left to do.
+    """
+
+    key: SendKey
+    ids: tuple[int, ...]
+    delays_ms: tuple[int, ...]
+    written_at: int
+    stamp: int
+    replaced: tuple[int, ...] = ()
+    done: bool = False
+
+
+class Staging:
+    """The send-once of one queue handle; safe to share between threads.
+
+    Args:
+        store: The Cassandra session.
+        sender: The handle's writer of message rows.
+        buckets: The queue's bucket store.
+        name: The queue's name (for messages).
+        settings: Returns the queue's current settings.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        sender: Sender,
+        buckets: Buckets,
+        name: str,
+        settings: Callable[[], QueueSettings],
+    ) -> None:
+        self._sender = sender
+        self._buckets = buckets
+        self._name = name
+        self._settings = settings
+        self._log = SendLog(store, buckets.queue_id)
+
+    @property
+    def queue_id(self) -> uuid.UUID:
+        return self._buckets.queue_id
+
+    def send(self, key: SendKey, outgoing: Sequence[Outgoing]) -> list[int]:
+        """Stage and publish checked messages, once per ``key``; return their ids."""
+        staged = self.stage(key, outgoing)
+        self.publish([staged])
+        return list(staged.ids)
+
+    def stage(self, key: SendKey, outgoing: Sequence[Outgoing]) -> Staged:
+        """Write checked messages invisible under the ids recorded for ``key`` (see module doc).
+
+        Raises:
+            SparkQueueError: An earlier attempt of ``key`` carried another
+                number of messages.
+        """
+        fresh = self._sender.reserve(len(outgoing))
+        record = self._log.reserve(*key, [i for i, _ in fresh], now_ms())
+        if len(record.ids) != len(outgoing):
+            writer, step, part, chunk = key
+            raise SparkQueueError(
+                f"send of writer {writer!r}, step {step}, part {part}, chunk {chunk} to queue"
+                f" {self._name!r}: {len(outgoing)} messages now, {len(record.ids)} when first"
+                " sent; a repeated send must carry the same messages (is the input deterministic?)"
+            )
+        delays = tuple(o.delay_ms for o in outgoing)
+        stamp = write_timestamp(record)
+        if record.state is SendState.DONE:
+            return Staged(key, tuple(record.ids), delays, record.written_at, stamp, done=True)
+        if record.ids != [i for i, _ in fresh]:  # an earlier attempt's: reserved long ago
+            fresh = [(i, float("-inf")) for i in record.ids]
+        ids = self._sender.write(
+            outgoing, ids=fresh, pending=True, now=record.written_at, timestamp=stamp
+        )
+        replaced: list[int] = []
+        if ids != record.ids:  # repaired: late copies in sealed buckets were sent again
+            held = self._log.move_ids(*key, record.ids, ids)
+            if held == ids:
+                replaced = [old for old, new in zip(record.ids, ids, strict=True) if old != new]
+            else:  # an attempt running at once moved them first: its copies hold, not ours
+                ours = [i for i in ids if i not in held]
+                self._sender.retire(ours, record.written_at, timestamp=stamp + 2)
+                ids = held
+        return Staged(key, tuple(ids), delays, record.written_at, stamp, tuple(replaced))
+
+    def publish(self, staged: Sequence[Staged]) -> None:
+        """Make staged sends visible (each message after its delay), then record them DONE.
+
+        Idempotent, and safe from any host: the release is written at each
+        send's ``stamp + 1`` (see the module doc).
+        """
+        todo = [s for s in staged if not s.done]
+        now = now_ms()
+        ttl_ms = self._settings().message_ttl * 1000
+        by_stamp: dict[int, list[LeaseWrite]] = {}
+        for s in todo:
+            by_stamp.setdefault(s.stamp, []).extend(
+                LeaseWrite(self._buckets.bucket_of(i), i, 0, now + d, 0, s.written_at + ttl_ms)
+                for i, d in zip(s.ids, s.delays_ms, strict=True)
+            )
+        for stamp, writes in by_stamp.items():
+            self._buckets.write_leases_shared(writes, now, timestamp=stamp + 1)
+        for s in todo:
+            if s.replaced:  # only once the copies that replace them are visible
+                self._sender.retire(s.replaced, s.written_at, timestamp=s.stamp + 2)
+        self._log.mark_done_many([s.key for s in todo])
+        counters.SENT.labels(queue=self._name).inc(sum(len(s.ids) for s in todo))
+
+    def discard(self, writer: str, step: int) -> int:
+        """Drop every unpublished send of ``(writer, step)``; return the messages dropped.
+
+        For a write abandoned for good (its writer is never used again): the
+        invisible rows are acked at their ``stamp + 2``, which no later copy
+        of them overrules, so even a zombie task cannot bring them back.
+        """
+        dropped = 0
+        for record in self._log.records_of(writer, step):
+            if record.state is not SendState.DONE:
+                stamp = write_timestamp(record)
+                self._sender.retire(record.ids, record.written_at, timestamp=stamp + 2)
+                dropped += len(record.ids)
+        return dropped
