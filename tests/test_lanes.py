@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import CliRunner
@@ -19,6 +19,8 @@ from spark_queue import ConnectionSettings, InvalidMessage, InvalidSetting, Queu
 from spark_queue.cli import main
 from spark_queue.engine.lanes import StickyLane, free_lanes, lane_of
 from spark_queue.engine.ownership import ttl_of
+from spark_queue.errors import BackendUnavailable
+from spark_queue.store.owners import OwnerTable
 
 if TYPE_CHECKING:
     from tests.conftest import Backend
@@ -193,6 +195,38 @@ def test_closing_a_client_gives_its_lanes_to_the_next_consumer_at_once(
     rest = queue.receive(10, wait=5.0)
     assert [d.id for d in rest] == ids[1:]
     assert time.monotonic() - began < 5.0  # not after a lane period (10 s): at its first look
+
+
+@both_stores
+def test_a_lane_take_that_applied_but_timed_out_is_taken_up_at_the_next_look(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a take of the only busy lane that applied, but whose answer was lost
+    queue = client.create_queue("ambiguous", lanes=4, visibility_timeout=60)
+    ids = queue.send_batch([str(i).encode() for i in range(5)], key="k")
+    insert_free = OwnerTable.insert_free
+    lost: list[bool] = []
+
+    def applied_then_timed_out(self: OwnerTable, *args: Any, **kwargs: Any) -> set[Any]:
+        won = insert_free(self, *args, **kwargs)
+        if not lost:
+            lost.append(True)
+            raise BackendUnavailable("injected: the take timed out after it applied")
+        return won
+
+    monkeypatch.setattr(OwnerTable, "insert_free", applied_then_timed_out)
+    with pytest.raises(BackendUnavailable):
+        queue.receive(5)
+    assert lost and queue.lanes.owned() == []
+
+    # When it receives again
+    began = time.monotonic()
+    got = queue.receive(5, wait=5.0)
+
+    # Then it owns its lane and reads it now, not once the row expired (about 11 s)
+    assert [d.id for d in got] == ids
+    assert queue.lanes.owned() == [lane_of("k", 4)]
+    assert time.monotonic() - began < 5.0
 
 
 @both_stores

@@ -234,6 +234,19 @@ class LaneOwner:
         with self._lock:  # a lane owned by this handle but lost shows up as someone else's
             for lane in [lane for lane in self._owned if owners.get(lane) != self.owner]:
                 del self._owned[lane]
+            # A take whose answer was lost (a timeout) may have applied: the row says
+            # the lane is ours. Take it up, or no consumer reads it until the row expires.
+            unknown = [lane for lane, o in owners.items() if o == self.owner]
+            unknown = [lane for lane in unknown if lane not in self._owned]
+        if unknown:
+            grant = self._ownership.take(
+                self.owner, [(LANE_GROUP, k) for k in unknown], self.period
+            )
+            with self._lock:
+                for _, lane in grant.keys:
+                    self._owned[lane] = OwnedLane(grant.until, time.monotonic())
+            if grant.keys:
+                return int(grant.keys[0][1])
         if len(owners) >= self.lanes:
             return None  # every lane owned: no need to read the buckets
         for free in free_lanes(busy_lanes(set(owners)), owners)[:LANE_TRIES]:
