@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from spark_queue import ConnectionSettings, QueueClient
+from spark_queue.engine.ownership import Ownership
 from spark_queue.spark.options import SourceOptions, connector_options
 from spark_queue.spark.sharing import BucketSharing
 from spark_queue.spark.source import BdqStreamReader
@@ -83,3 +84,31 @@ def test_a_bucket_released_unplanned_is_not_granted_again_from_memory(
         # Then the first is refused it: it no longer trusts its memory of the grant
         assert first.take(queue, [0], 30.0) == set()
         second.release_all(client.queue)
+
+
+def test_a_replayed_step_owns_its_buckets_again_before_its_parts_read(
+    keyspace: ConnectionSettings,
+) -> None:
+    # Given a step planned by a run that stopped (and so released its buckets)
+    with QueueClient(settings=keyspace) as client:
+        queue = client.create_queue("replayed", bucket_size=10)
+        queue.send_batch([b"x"] * 15)
+        options = SourceOptions.parse({**connector_options(keyspace), "queue": "replayed"})
+        first = BdqStreamReader(options)
+        start = first.initialOffset()
+        end = first.latestOffset(start, ReadMaxRows(20))
+        first.stop()
+        ownership = Ownership(queue.buckets.store, queue.queue_id)
+        keys = [(bucket, 0) for bucket in end["buckets"]]
+        assert ownership.owners(keys) == {}
+
+        # When a restarted run replays it
+        second = BdqStreamReader(options)
+        try:
+            assert second.partitions(start, end)
+
+            # Then it owns the step's buckets before any part reads them
+            owner = second._sharing.owner
+            assert ownership.owners(keys) == {key: owner for key in keys}
+        finally:
+            second.stop()

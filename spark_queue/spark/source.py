@@ -328,6 +328,8 @@ class BdqStreamReader(StepTrackingReader, SupportsTriggerAvailableNow):
             Store.shared(self.options.connection),
             replay=replayed,
         )
+        if replayed:
+            self._own_again(parts)
         self._track(last)  # a replay after a restart is planned here, not in latestOffset
         planned = last.incarnation
         # The grouping is read from the offset, never computed again: a replay
@@ -353,6 +355,30 @@ class BdqStreamReader(StepTrackingReader, SupportsTriggerAvailableNow):
             for name in [members[0][0][0]]
             if name not in gone  # re-created, failOnDataLoss=false: its parts are skipped
         ]
+
+    def _own_again(self, parts: Sequence[tuple[str, int, int]]) -> None:
+        """Own a replayed step's buckets before its parts read them.
+
+        The run that planned the step released them when it stopped (or lost
+        them with its driver); without taking them back, a part with no
+        journal record would lease in a bucket another query may own now, and
+        the renewals would keep nothing. A bucket another query took meanwhile
+        is read all the same (the replay must return the step's messages): a
+        warning says duplicates may follow.
+        """
+        by_queue: dict[str, list[int]] = {}
+        for name, bucket, _ in parts:
+            by_queue.setdefault(name, []).append(bucket)
+        for name, buckets in sorted(by_queue.items()):
+            queue = self._queue(name)
+            granted = self._sharing.take(queue, buckets, self._ownership_period(queue))
+            if refused := sorted(set(buckets) - granted):
+                log.warning(
+                    "bdq source: replayed step reads bucket(s) %s of %r that another query"
+                    " owns now: messages both lease may be delivered twice",
+                    refused,
+                    name,
+                )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BucketPartition)
