@@ -17,11 +17,18 @@ scans again at most ``COUNT_BUDGET`` buckets, chosen in this order:
    count (the count says when: ``next_change``), longest-counted first;
 4. the rest, longest-counted first (round robin).
 
-The approximation: a bucket's count may be as old as its last scan (``QueueStats.
-counts_age`` says how old the oldest one used is); a bucket no call has
-counted yet is estimated as holding every id handed out in it, visible
-(``QueueStats.estimated_buckets`` says how many were). A queue with at most
-``COUNT_BUDGET`` live buckets is counted exactly on every call, and
+Counts are written by acks too: an ack that leaves a fully allocated bucket
+without an unacked message stores its count, 0 (``drains.py``), so a queue
+drained by its consumers counts 0 at the first call after the last ack, not
+once round robin has reached every bucket. Such a count is due for a scan
+again ``seal_delay`` after it (its ``next_change``): a slow write landing in the
+bucket after it is counted by the first call after that with scans to spare.
+
+The approximation: a bucket's count may be as old as its last scan or ack-time
+zero (``QueueStats.counts_age`` says how old the oldest one used is); a bucket
+nobody has counted yet is estimated as holding every id handed out in it,
+visible (``QueueStats.estimated_buckets`` says how many were). A queue with at
+most ``COUNT_BUDGET`` live buckets is counted exactly on every call, and
 ``stats(exact=True)`` scans every live bucket (and stores what it found).
 """
 

@@ -67,6 +67,10 @@ class ReceiptActions:
             )
         stale_keys = acks.ack(self._buckets, checks, plain=plain, own=own)
         self._receiving.acked([(r.bucket, r.id) for _, r in mine])
+        # An ack that empties a bucket leaves its count, 0, for stats (drains.py).
+        self._receiving.drains.acked(
+            r.bucket for _, r in mine if (r.bucket, r.id) not in stale_keys
+        )
         stale = foreign + [text for text, r in mine if (r.bucket, r.id) in stale_keys]
         self._counts.acked.inc(len(receipts) - len(stale))
         self._counts.stale_acks.inc(len(stale))

@@ -63,6 +63,7 @@ from spark_queue.engine.bounds import Bounds
 from spark_queue.engine.claims import Claims
 from spark_queue.engine.dead_letters import DeadLetters
 from spark_queue.engine.deliveries import delivery_of, fresh_lease
+from spark_queue.engine.drains import Drains
 from spark_queue.engine.lanes import LaneOwner
 from spark_queue.engine.lease_memory import OwnLeases
 from spark_queue.engine.lifecycle import Maintenance
@@ -145,6 +146,8 @@ class Receiver:
         self._lane_floor: dict[int, Floor] = {}
         self._read_ahead: dict[int, ReadAhead] = {}
         self.named = BucketReceiver(buckets, bounds, maintenance, self.claims, self._past_limit)
+        self._stopped: dict[int, int] = {}  # lane -> bucket where its last scan hit its limit
+        self.drains = Drains(buckets, bounds, settings, self.unfinished)  # zero counts of drains
 
     def receive(
         self, count: int, timeout_ms: int, hint: int, wait: float, buckets: Sequence[int] | None
@@ -168,7 +171,10 @@ class Receiver:
         """One receive: from named buckets, or from this handle's lanes (see module doc)."""
         if buckets is not None:
             return self.named.receive(buckets, count, timeout_ms, hint)
-        return self._receive_lanes(count, timeout_ms, hint)
+        deliveries = self._receive_lanes(count, timeout_ms, hint)
+        # Buckets acked in before, which this receive's scans found done (drains.py).
+        self.drains.settle({self._buckets.bucket_of(d.id) for d in deliveries})
+        return deliveries
 
     def _receive_lanes(self, count: int, timeout_ms: int, hint: int) -> list[Delivery]:
         """A plain consumer's receive: from its own lanes, with plain leases (module doc)."""
@@ -264,6 +270,19 @@ class Receiver:
         limit = scan_limit(want, self._settings().max_message_bytes)
         return self._lane_visible(lane, want, now, limit=limit), now + PREFETCH_HOLD_MS
 
+    def unfinished(self) -> set[int]:
+        """Buckets where lanes this handle holds may still hand out what it saw (``drains.py``).
+
+        The bucket where a lane's last scan stopped at its row limit, and the
+        buckets of the rows read ahead; an ack elsewhere may be a bucket's last.
+        """
+        now, held = now_ms(), set(self.lanes.owned())
+        buckets = {b for lane, b in list(self._stopped.items()) if lane in held}
+        for lane, ahead in list(self._read_ahead.items()):
+            if lane in held and ahead.until > now:
+                buckets.update(m.bucket for m in ahead.rows)
+        return buckets
+
     def _keep_ahead(
         self,
         found: Sequence[StoredMessage],
@@ -311,6 +330,7 @@ class Receiver:
         """
         found: list[StoredMessage] = []
         bucket, tail_refreshed = self._bounds.head, False
+        stopped: int | None = None  # the bucket where the scan stopped at its row limit
         lanes = self.lanes.lanes
         floor = self._lane_floor.get(lane)
         if floor is not None and floor.until <= now:
@@ -332,9 +352,15 @@ class Receiver:
                 cap = (limit or want) - len(found)
                 rows = scan_lane(self._buckets, bucket, lane, lanes, now, cap, after)
                 found.extend(rows)
+                if len(rows) >= cap:  # the lane may have more visible here: not done
+                    stopped = bucket
                 if not rows:
                     self._note_lane_idle(lane, bucket, now)
             bucket += 1
+        if stopped is None:
+            self._stopped.pop(lane, None)
+        else:
+            self._stopped[lane] = stopped
         return found
 
     def _advance_floors(

@@ -180,18 +180,22 @@ class Steps:
             )
         return replayed
 
-    def ack(self, consumer: str, step: int) -> tuple[int, int]:
-        """Ack everything a step received, then forget it; ``(acked, stale)``."""
+    def ack(self, consumer: str, step: int) -> tuple[int, int, set[int]]:
+        """Ack everything a step received, then forget it; ``(acked, stale, buckets)``.
+
+        ``buckets``: where it acked something (one of them may be empty now).
+        """
         entries = self._journal.step_entries(consumer, step)
         if not entries:
-            return 0, 0  # nothing recorded, or acked already: no tombstone to write
+            return 0, 0, set()  # nothing recorded, or acked already: no tombstone to write
         # A step's leases were renewed while it was open, so nearly all still
         # hold: a read and a plain write per bucket, no Paxos (Buckets.ack_leased).
         stale = self._buckets.ack_leased(
             [LeaseCheck(e.bucket, e.id, e.lease, e.expires_at) for e in entries], now_ms()
         )
         self._journal.forget(consumer, step)
-        return len(entries) - len(stale), len(stale)
+        acked_in = {e.bucket for e in entries if (e.bucket, e.id) not in stale}
+        return len(entries) - len(stale), len(stale), acked_in
 
     def renew(self, consumer: str, step: int, timeout_ms: int) -> tuple[int, int]:
         """Push the leases a step recorded ``timeout_ms`` into the future; ``(renewed, lost)``.

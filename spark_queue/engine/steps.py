@@ -250,7 +250,9 @@ class QueueSteps:
             ``(acked, stale)``: stale ones were received again by someone else
             after their lease ran out (a duplicate delivery) or acked already.
         """
-        acked, stale = self._steps.ack(consumer, step)
+        acked, stale, buckets = self._steps.ack(consumer, step)
+        # A step that empties a bucket leaves its count, 0, for stats (drains.py).
+        self._receiver.drains.acked(buckets)
         self._counts.acked.inc(acked)
         self._counts.stale_acks.inc(stale)
         return acked, stale

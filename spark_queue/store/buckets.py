@@ -172,6 +172,13 @@ class Buckets(MessageWrites):
     def has_unacked(self, bucket: int) -> bool:
         return bool(self.store.rows(ANY_UNACKED, (self.queue_id, bucket), what="checking a bucket"))
 
+    def has_unacked_many(self, buckets: Sequence[int]) -> list[bool]:
+        """``has_unacked`` for several buckets, read at once."""
+        results = self.store.execute_many(
+            [(ANY_UNACKED, (self.queue_id, b)) for b in buckets], what="checking buckets"
+        )
+        return [any(True for _ in result) for result in results]
+
     def scan_candidates(self, bucket: int, now: int, limit: int) -> list[Candidate]:
         """Like ``scan_visible`` without payloads: a receive reads those only for what it keeps."""
         rows = self._scan(SCAN_CANDIDATES, (self.queue_id, bucket, now, limit), bucket)

@@ -4,6 +4,13 @@ A bucket's count is what one scan of its unacked rows found: how many were
 visible, in flight and delayed, the enqueue time of the oldest visible one, and
 the earliest moment one of the others becomes visible (after which the count
 is out of date even if nobody touched the bucket). Times are ms since the epoch.
+
+A count is written with its ``counted_at`` as its write timestamp, so of two
+counts of one bucket the later observation wins, whichever write lands last: a
+count taken before an ack emptied the bucket cannot overwrite the 0 the ack
+left (``engine/drains.py``). Between hosts whose clocks differ, the earlier of
+two counts taken less than that difference apart may win: a count stale by
+the clock difference, until the bucket is counted again.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ READ_RANGE = (
 WRITE = (
     "INSERT INTO {ks}.bucket_counts (queue_id, bucket, visible, in_flight, delayed,"
     " oldest_visible, next_change, counted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " USING TIMESTAMP ?"
 )
 
 #: ``next_change`` of a bucket whose messages are all visible: nothing changes by itself.
@@ -122,6 +130,7 @@ class BucketCounts:
                 c.oldest_visible,
                 c.next_change,
                 c.counted_at,
+                c.counted_at * 1000,  # write timestamp, µs: the later count wins
             )
             for c in counts
         ]
