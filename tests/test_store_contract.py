@@ -208,6 +208,8 @@ def test_take_change_visibility_renew_and_release_refuse_stale_leases(store: Sto
     # change_visibility: the current lease moves, an old one does not
     assert buckets.change_visibility(check(0, 1, 6, now), 11, now, now)
     assert not buckets.change_visibility(check(0, 1, 6, now), 12, now, now)
+    # ... and only while it holds: lease 11 ran out at ``now`` (SQS's MessageNotInflight)
+    assert not buckets.change_visibility(check(0, 1, 11, now), 13, now + 60_000, now + 1)
     assert [m.id for m in buckets.scan_visible(0, now, 10)] == [1, 3]
     # renew keeps the lease, moves visible_at; misses are ids under other leases or acked
     buckets.ack([check(0, 2, 6, now)], now)

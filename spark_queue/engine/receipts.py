@@ -94,7 +94,8 @@ class ReceiptActions:
         ):
             raise StaleReceipt(
                 f"receipt for message {r.id} of queue {self._name!r}: no longer names the current"
-                " delivery; its visibility was not changed"
+                " delivery, or its visibility timeout ran out (the message is visible again);"
+                " its visibility was not changed"
             )
         self._receiving.unskip(r.bucket)
         self._receiving.claims.drop([(r.bucket, r.id)])

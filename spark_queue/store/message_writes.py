@@ -55,9 +55,17 @@ MARK_ACKED = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
 )
 MARK_ACKED_AT = MARK_ACKED.replace("USING TTL ?", "USING TTL ? AND TIMESTAMP ?")
+# A named receive's take: a new lease where the scan's lease still is.
+TAKE = (
+    "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?"
+    " WHERE queue_id = ? AND bucket = ? AND id = ? IF lease = ? AND acked = false"
+)
+# Only while the lease holds (SQS's MessageNotInflight): a lease that ran out is not
+# revived, since the lane's owner may have read the message as visible by then.
 CHANGE_VISIBILITY = (
     "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?"
     " WHERE queue_id = ? AND bucket = ? AND id = ? IF lease = ? AND acked = false"
+    " AND visible_at > ?"
 )
 LEASES_IN = (
     "SELECT id, lease, acked FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
@@ -283,7 +291,7 @@ class MessageWrites:
     def change_visibility(
         self, check: LeaseCheck, new_lease: int, visible_at: int, now: int
     ) -> bool:
-        """Move a leased message's visibility, if ``check.lease`` is still its lease."""
+        """Move a message's visibility while ``check.lease`` is its lease and holds at ``now``."""
         row = self.store.execute(
             CHANGE_VISIBILITY,
             (
@@ -294,6 +302,7 @@ class MessageWrites:
                 check.bucket,
                 check.id,
                 check.lease,
+                now,
             ),
             what="changing a message's visibility",
         ).one()
@@ -311,7 +320,7 @@ class MessageWrites:
         results = self.store.execute_many(
             [
                 (
-                    CHANGE_VISIBILITY,
+                    TAKE,
                     (
                         ttl_left(c.expires_at, now),
                         new_lease,
