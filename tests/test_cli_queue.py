@@ -59,11 +59,11 @@ def test_queue_life_cycle_and_messages(keyspace: ConnectionSettings) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("queue", "create", "bad", "--bucket-size", "0"), "bucket_size 0: must be a whole number"),
+        (("queue", "create", "bad", "--bucket-size", "0"), "--bucket-size 0: must be a whole"),
         (("queue", "stats", "missing"), "queue 'missing': does not exist"),
         (("send", "missing", "x"), "queue 'missing': does not exist"),
         (("send", "jobs", "x", "-H", "novalue"), "header 'novalue': must be key=value"),
-        (("receive", "jobs", "-n", "0"), "max_messages 0"),
+        (("receive", "missing"), "create it with `bdq queue create`"),
     ],
 )
 def test_errors_exit_1_with_the_rule_on_stderr(

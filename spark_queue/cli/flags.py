@@ -11,7 +11,8 @@ one checked :class:`~spark_queue.config.ConnectionSettings` as ``settings``::
 Each flag falls back to its ``BDQ_*`` environment variable, then to the default
 of ``ConnectionSettings``. Groups built with :class:`CommandGroup` turn any
 :class:`~spark_queue.errors.SparkQueueError` raised below them into
-``Error: <message>`` on stderr and exit code 1, without a traceback.
+``Error: <message>`` on stderr and exit code 1, without a traceback, the
+message naming the command's flags rather than the library's parameters.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
 
+from spark_queue.cli.wording import flag_names, for_command
 from spark_queue.config import CONSISTENCY_LEVELS, ENV_VARS, ConnectionSettings
 from spark_queue.errors import SparkQueueError
 
@@ -75,7 +78,10 @@ class CommandGroup(click.Group):
         try:
             return super().invoke(ctx)
         except SparkQueueError as e:
-            raise click.ClickException(str(e)) from e
+            name = ctx.invoked_subcommand
+            command = self.get_command(ctx, name) if name else None
+            flags = flag_names(command) if command is not None else {}
+            raise click.ClickException(for_command(str(e), flags)) from e
 
 
 def connection_options(func: Callable[..., R]) -> Callable[..., R]:
@@ -150,10 +156,20 @@ def json_option(func: Callable[..., R]) -> Callable[..., R]:
 def echo_json(value: Any) -> None:
     """Print ``value`` as indented JSON on stdout (paths, enums and the like as strings).
 
+    Times are ISO-8601 in UTC (``2026-11-25T14:59:39.123000+00:00``); a naive one
+    is taken to be UTC already.
+
     Args:
         value: Anything ``json.dumps`` can write once non-JSON values become strings.
     """
-    click.echo(json.dumps(value, indent=2, default=str))
+    click.echo(json.dumps(value, indent=2, default=_json_value))
+
+
+def _json_value(value: object) -> str:
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return aware.astimezone(UTC).isoformat()
+    return str(value)
 
 
 def echo_progress(message: str) -> None:

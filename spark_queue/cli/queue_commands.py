@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -24,12 +23,11 @@ from spark_queue.cli.flags import (
     json_option,
 )
 from spark_queue.cli.keyspace_commands import replication_of, replication_options
+from spark_queue.cli.message_output import print_messages
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
-from spark_queue.engine.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
-from spark_queue.engine.redrive import DEAD_LETTER_HEADERS
 from spark_queue.errors import InvalidMessage, InvalidSetting, QueueExists
-from spark_queue.message import Delivery, Message, QueueStats
+from spark_queue.message import QueueStats
 from spark_queue.queue import Queue
 from spark_queue.store.catalog import FIXED
 
@@ -83,6 +81,7 @@ def queue() -> None:
 )  # fmt: skip
 @replication_options
 @connection_options
+@json_option
 def create(
     settings: ConnectionSettings,
     name: str,
@@ -90,6 +89,7 @@ def create(
     create_keyspace: bool,
     dcs: dict[str, int],
     simple: int | None,
+    as_json: bool,
     **queue_settings: Any,
 ) -> None:
     """Create queue NAME.
@@ -117,6 +117,9 @@ def create(
             raise QueueExists(
                 _exists_message(name, e.differences), differences=e.differences
             ) from e
+    if as_json:
+        echo_json({"name": q.name, "queue_id": q.queue_id, **asdict(q.settings)})
+        return
     click.echo(f"queue {q.name!r} ready (id {q.queue_id})")
 
 
@@ -189,6 +192,8 @@ def list_(settings: ConnectionSettings, as_json: bool) -> None:
         echo_json(rows)
         return
     table = Table("queue", "bucket size", "visibility", "K", "ttl", "max deliveries", "DLQ")
+    for column in table.columns:
+        column.overflow = "fold"  # a name is shown whole, over several lines if need be
     for row in rows:
         table.add_row(
             row["name"],
@@ -206,20 +211,28 @@ def list_(settings: ConnectionSettings, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--missing-ok", is_flag=True, help="Succeed if there is no such queue.")
 @connection_options
-def delete(settings: ConnectionSettings, name: str, missing_ok: bool) -> None:
+@json_option
+def delete(settings: ConnectionSettings, name: str, missing_ok: bool, as_json: bool) -> None:
     """Delete queue NAME and its messages."""
     with QueueClient(settings=settings) as client:
         client.delete_queue(name, missing_ok=missing_ok)
+    if as_json:
+        echo_json({"name": name, "deleted": True})
+        return
     click.echo(f"queue {name!r} deleted")
 
 
 @queue.command()
 @click.argument("name")
 @connection_options
-def purge(settings: ConnectionSettings, name: str) -> None:
+@json_option
+def purge(settings: ConnectionSettings, name: str, as_json: bool) -> None:
     """Remove every message of queue NAME."""
     with QueueClient(settings=settings) as client:
         count = client.queue(name).purge()
+    if as_json:
+        echo_json({"name": name, "purged": count})
+        return
     click.echo(f"purged {count} message(s) from {name!r}")
 
 
@@ -350,13 +363,22 @@ def send(
 
 @click.command()
 @click.argument("queue_name", metavar="QUEUE")
-@click.option("-n", "max_messages", type=int, default=1, show_default=True, help="Most messages.")
+@click.option(
+    "-n", "--max", "max_messages", type=click.IntRange(1, defaults.MAX_BATCH), default=1,
+    show_default=True, help="Most messages.",
+)  # fmt: skip
 @click.option("--ack", is_flag=True, help="Ack what was received (consume it).")
 @click.option(
-    "--visibility-timeout", type=float, default=None, help="Seconds; default the queue's."
+    "--visibility-timeout", type=click.FloatRange(0, min_open=True), default=None,
+    help="Seconds; default the queue's.",
+)  # fmt: skip
+@click.option(
+    "--order-hint", "-k", type=click.IntRange(1, defaults.MAX_ORDER_HINT), default=None,
+    help="K; default the queue's.",
+)  # fmt: skip
+@click.option(
+    "--wait", type=click.FloatRange(0), default=0.0, help="Seconds to wait for a message."
 )
-@click.option("--order-hint", "-k", type=int, default=None, help="K; default the queue's.")
-@click.option("--wait", type=float, default=0.0, help="Seconds to wait for a message.")
 @connection_options
 @json_option
 def receive(
@@ -375,41 +397,39 @@ def receive(
         deliveries = q.receive(max_messages, visibility_timeout, order_hint, wait)
         if ack and deliveries:
             q.ack_batch([d.receipt for d in deliveries])
-    _print_messages(deliveries, as_json, receipts=not ack)
+    print_messages(deliveries, as_json, receipts=not ack)
 
 
 @click.command()
 @click.argument("queue_name", metavar="QUEUE")
-@click.option("-n", "max_messages", type=int, default=10, show_default=True, help="Most messages.")
+@click.option(
+    "-n", "--max", "max_messages", type=click.IntRange(1, defaults.MAX_BATCH), default=10,
+    show_default=True, help="Most messages.",
+)  # fmt: skip
 @connection_options
 @json_option
 def peek(settings: ConnectionSettings, queue_name: str, max_messages: int, as_json: bool) -> None:
     """Show visible messages of QUEUE without receiving them."""
     with QueueClient(settings=settings) as client:
         messages = client.queue(queue_name).peek(max_messages)
-    _print_messages(messages, as_json, receipts=False)
+    print_messages(messages, as_json, receipts=False)
 
 
 @click.command()
 @click.argument("queue_name", metavar="QUEUE")
 @click.argument("receipts", nargs=-1, required=True)
 @connection_options
-def ack(settings: ConnectionSettings, queue_name: str, receipts: Sequence[str]) -> None:
+@json_option
+def ack(
+    settings: ConnectionSettings, queue_name: str, receipts: Sequence[str], as_json: bool
+) -> None:
     """Ack messages of QUEUE by the RECEIPT(s) that `bdq receive` printed."""
     with QueueClient(settings=settings) as client:
         client.queue(queue_name).ack_batch(list(receipts))
+    if as_json:
+        echo_json({"queue": queue_name, "acked": len(receipts)})
+        return
     click.echo(f"acked {len(receipts)} message(s)")
-
-
-def dead_letter_reason(headers: Mapping[str, str]) -> str:
-    """Why a message is in a dead-letter queue, from the headers the move added."""
-    source = headers.get(HEADER_SOURCE)
-    if source is None:
-        return "-"
-    return (
-        f"delivered {headers.get(HEADER_DELIVERIES, '?')} times from {source!r} without an ack"
-        f" (was message {headers.get(HEADER_ORIGINAL_ID, '?')})"
-    )
 
 
 def _send_lines(
@@ -443,53 +463,3 @@ def _parse_headers(pairs: Sequence[str]) -> dict[str, str]:
 
 def _id_span(ids: Sequence[int]) -> str:
     return f"{ids[0]}" if len(ids) == 1 else f"{ids[0]}..{ids[-1]}"
-
-
-def _text(payload: bytes) -> tuple[str, str]:
-    """The payload as UTF-8 text when it is, else base64."""
-    try:
-        return payload.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return base64.b64encode(payload).decode("ascii"), "base64"
-
-
-def _print_messages(messages: Sequence[Message], as_json: bool, *, receipts: bool) -> None:
-    if as_json:
-        rows = []
-        for m in messages:
-            body, encoding = _text(m.payload)
-            row: dict[str, Any] = {
-                "id": m.id, "bucket": m.bucket, "payload": body, "encoding": encoding,
-                "headers": dict(m.headers), "enqueued_at": m.enqueued_at,
-                "delivery_count": m.delivery_count,
-            }  # fmt: skip
-            if receipts and isinstance(m, Delivery):
-                row["receipt"] = m.receipt
-            if HEADER_SOURCE in m.headers:
-                row["dead_letter_reason"] = dead_letter_reason(m.headers)
-            rows.append(row)
-        echo_json(rows)
-        return
-    if not messages:
-        click.echo("no visible message", err=True)
-        return
-    dead = any(HEADER_SOURCE in m.headers for m in messages)  # a dead-letter queue: say why
-    table = Table(
-        "id", "deliveries", "payload", "headers",
-        *(["dead letter because"] if dead else []), *(["receipt"] if receipts else []),
-    )  # fmt: skip
-    for m in messages:
-        body, _ = _text(m.payload)
-        shown = {k: v for k, v in m.headers.items() if not dead or k not in DEAD_LETTER_HEADERS}
-        cells = [
-            str(m.id),
-            str(m.delivery_count),
-            body,
-            " ".join(f"{k}={v}" for k, v in shown.items()),
-        ]
-        if dead:
-            cells.append(dead_letter_reason(m.headers))
-        if receipts and isinstance(m, Delivery):
-            cells.append(m.receipt)
-        table.add_row(*cells)
-    _console.print(table)

@@ -82,6 +82,8 @@ class Top:
             f" {datetime.now().strftime('%H:%M:%S')} (Ctrl-C quits)",
             title_justify="left",
         )  # fmt: skip
+        for column in table.columns:
+            column.overflow = "fold"  # at 80 columns names and headers wrap, never an ellipsis
         for column in table.columns[1:]:
             column.justify = "right"
         for name, before, now in self.look():
