@@ -6,7 +6,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
 from spark_queue import ConnectionSettings, QueueClient
-from spark_queue.errors import InvalidSetting
+from spark_queue.errors import InvalidSetting, KeyspaceNotFound
 from spark_queue.spark.admission import byte_limit, cap_bytes
 from spark_queue.spark.options import SinkOptions, SourceOptions
 from spark_queue.spark.planning import Part
@@ -117,7 +117,7 @@ def test_the_kafka_sink_s_topic_points_at_queue() -> None:
 
 
 @pytest.mark.cassandra
-def test_a_keyspace_made_before_the_size_column_gets_it_when_a_client_connects(
+def test_a_keyspace_made_before_the_size_column_is_refused_until_upgraded_explicitly(
     keyspace: ConnectionSettings,
 ) -> None:
     store = Store(keyspace)
@@ -125,7 +125,11 @@ def test_a_keyspace_made_before_the_size_column_gets_it_when_a_client_connects(
         store.execute_ddl(f"ALTER TABLE {keyspace.keyspace}.messages DROP payload_bytes")
     finally:
         store.close()
-    with QueueClient(settings=keyspace) as client:  # its store adds the column back
+    # A client only looks: it names the missing column and the command that adds it
+    with pytest.raises(KeyspaceNotFound, match=r"no column messages\.payload_bytes"):
+        QueueClient(settings=keyspace)
+    QueueClient.create_keyspace(1, exist_ok=True, settings=keyspace)
+    with QueueClient(settings=keyspace) as client:  # the upgrade added the column back
         queue = client.create_queue("upgraded", bucket_size=10)
         ids = queue.send_batch([b"abcd"])
         assert visible_sizes(queue.buckets, 0, now_ms(), 10) == [(ids[0], 4)]

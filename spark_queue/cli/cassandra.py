@@ -204,7 +204,11 @@ def start(
     if len(already) < nodes:
         echo_progress(f"ready in {elapsed:.1f}s; data and logs under {cluster.home}")
     if not no_keyspace:
-        _create_local_keyspace(cluster, statuses, nodes, keyspace, tls=mode is not None)
+        # A node that already answered there (not started from this home) reports no
+        # status: it is the one at --address and --native-port.
+        answering = [s.endpoint for s in statuses if s.index <= nodes]
+        answering = answering or [f"{address}:{native_port}"]
+        _create_local_keyspace(cluster, answering, nodes, keyspace, tls=mode is not None)
     if mode is not None:
         files = cluster.tls_files
         endpoints = ",".join(s.endpoint for s in statuses if s.index <= nodes)
@@ -219,12 +223,12 @@ def start(
 
 
 def _create_local_keyspace(
-    cluster: LocalCluster, statuses: list[NodeStatus], nodes: int, keyspace: str, *, tls: bool
+    cluster: LocalCluster, endpoints: list[str], nodes: int, keyspace: str, *, tls: bool
 ) -> None:
     """Create ``keyspace`` and its tables on the local nodes where missing; say what was made."""
     files = cluster.tls_files if tls else None
     settings = ConnectionSettings(
-        hosts=parse_hosts([s.endpoint for s in statuses if s.index <= nodes]),
+        hosts=parse_hosts(endpoints),
         keyspace=keyspace,
         tls_ca_file=str(files.ca) if files else None,
         tls_cert_file=str(files.client_cert) if files else None,
