@@ -49,6 +49,16 @@ def filled(client: QueueClient, name: str, lanes: int) -> Queue:
     return queue
 
 
+def drain_acking(queue: Queue, count: int) -> None:
+    """Receive ``count`` messages in receives of 10, acking each receive's batch at once."""
+    acked, deadline = 0, time.monotonic() + 60
+    while acked < count:
+        assert time.monotonic() < deadline, f"acked {acked} of {count}"
+        deliveries = queue.receive(10, visibility_timeout=60, wait=1.0)
+        queue.ack_batch([d.receipt for d in deliveries])
+        acked += len(deliveries)
+
+
 def receive_all(queue: Queue, count: int) -> list[Delivery]:
     """Receive ``count`` messages in receives of 10 (lanes are taken a few per receive)."""
     got: list[Delivery] = []
@@ -65,13 +75,7 @@ def test_a_drained_queue_counts_zero_at_the_first_call(client: QueueClient, lane
     queue = filled(client, f"drained_{lanes}", lanes)
 
     # When one client receives them in batches of 10 and acks each batch
-    acked = 0
-    deadline = time.monotonic() + 60
-    while acked < MESSAGES:
-        assert time.monotonic() < deadline, f"acked {acked} of {MESSAGES}"
-        deliveries = queue.receive(10, visibility_timeout=60, wait=1.0)
-        queue.ack_batch([d.receipt for d in deliveries])
-        acked += len(deliveries)
+    drain_acking(queue, MESSAGES)
 
     # Then the very first count says the queue is empty
     stats = queue.stats()
@@ -122,12 +126,7 @@ def test_a_drain_probes_each_bucket_about_once_per_lane_not_once_per_ack(
     queue.send_batch([str(i).encode() for i in range(count)], key=[str(i) for i in range(count)])
 
     # When one client drains it in receives of 10, acking each (20 acks per bucket or more)
-    acked, deadline = 0, time.monotonic() + 60
-    while acked < count:
-        assert time.monotonic() < deadline, f"acked {acked} of {count}"
-        deliveries = queue.receive(10, visibility_timeout=60, wait=1.0)
-        queue.ack_batch([d.receipt for d in deliveries])
-        acked += len(deliveries)
+    drain_acking(queue, count)
 
     # Then the first count says 0, and each bucket was probed when a lane was done there
     stats = queue.stats()
