@@ -364,11 +364,12 @@ class QueueSettings:
         seal_delay: Seconds a bucket stays open for delayed writes after its last
             id was handed out (CassieQ's repair wait). Writes slower than this
             are checked and re-sent if their bucket was sealed. Default 5.
-        lanes: Units of order (``lanes.py``): a message's lane is the crc32 of
-            its key modulo ``lanes`` (without a key, its sending thread's), and
-            each lane is received by one consumer at a time, in id order. So
-            up to ``lanes`` consumers receive side by side; more wait.
-            Fixed at creation. Default 8.
+        lanes: Units of order (``lanes.py``): a keyed message's lane is the
+            crc32 of its key modulo ``lanes``, and each lane is received by one
+            consumer at a time, in id order. Keyless messages take no lane in a
+            queue of several (any number of consumers share them, ``shares.py``);
+            with one lane the whole queue is one unit of order. Fixed at
+            creation. Default 8.
     """
 
     bucket_size: int = defaults.BUCKET_SIZE

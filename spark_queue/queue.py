@@ -22,7 +22,7 @@ from spark_queue.engine.counters import QueueCounters
 from spark_queue.engine.counting import QueueCounter
 from spark_queue.engine.dead_letters import DeadLetters
 from spark_queue.engine.deliveries import message_of
-from spark_queue.engine.lanes import LaneOwner, check_key
+from spark_queue.engine.lanes import check_key
 from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.engine.receipts import ReceiptActions
 from spark_queue.engine.receiving import Receiver
@@ -59,6 +59,8 @@ class Queue:
         ack_own_leases: A receipt this handle leased itself is acked with a plain
             write and no read while ``ACK_PLAIN_MARGIN`` s of its lease are left.
             On; turn it off when one receipt goes through several handles.
+        lanes: Its ownership of lanes (``engine/lanes.py``): ``owned()``, ``period``.
+        shares: Its shares of keyless messages (``engine/shares.py``): ``owned()``.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class Queue:
         self._receiving = Receiver(
             self.buckets, self._bounds, self._maintenance, self._dead_letters, current
         )
+        self.lanes, self.shares = self._receiving.lanes, self._receiving.shares
         self._counter = QueueCounter(store, queue_id, settings.bucket_size)
         self._counts = QueueCounters.of(name)  # this process's Prometheus counters
         # replayable consumer steps (the Spark source): engine/steps.py
@@ -152,8 +155,8 @@ class Queue:
             headers: String key/value pairs kept with the message.
             delay: Seconds before the message becomes visible.
             key: The unit of order: messages of one key go to one lane
-                (``lanes.py``) and are received in order. Default: the lane
-                this handle and thread stick to.
+                (``lanes.py``) and are received in order. Default: none; any
+                consumer may receive it (``shares.py``).
         """
         return self.send_batch([payload], headers=headers, delay=delay, key=check_key(key))[0]
 
@@ -341,14 +344,10 @@ class Queue:
         self._check_alive()
         return count, int(timeout * 1000), hint
 
-    @property
-    def lanes(self) -> LaneOwner:
-        """This handle's ownership of lanes (``engine/lanes.py``): ``owned()``, ``period``."""
-        return self._receiving.lanes
-
     def release_lanes(self) -> None:
-        """Give up this handle's lanes now, so other consumers take them at once (on close)."""
-        self._receiving.lanes.release_all()
+        """Give up this handle's lanes and shares now, so others take them at once (on close)."""
+        self.lanes.release_all()
+        self.shares.release_all()
 
     def visible_buckets(self, max_buckets: int, below: int | None = None) -> list[int]:
         """Live buckets holding a visible message, oldest first; cheap to poll (idle ones skipped).

@@ -1,6 +1,6 @@
 """Lanes (engine/lanes.py): a key's messages in one lane, each lane owned by one consumer.
 
-The pure logic (lane of a key, sticky lanes, the fair-share choice) runs
+The pure logic (lane of a key, keyless messages, the fair-share choice) runs
 without Cassandra; the rest on the shared node (the ``both_stores`` ones on a
 MemoryStore too), with short lane periods so that takeovers happen within seconds.
 """
@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from spark_queue import ConnectionSettings, InvalidMessage, InvalidSetting, QueueClient
 from spark_queue.cli import main
-from spark_queue.engine.lanes import StickyLane, free_lanes, lane_of
+from spark_queue.engine.lanes import KEYLESS, free_lanes, lane_for, lane_of
 from spark_queue.engine.ownership import ttl_of
 from spark_queue.errors import BackendUnavailable
 from spark_queue.store.owners import OwnerTable
@@ -57,16 +57,10 @@ def test_a_single_send_takes_one_key_and_refuses_a_list_writing_nothing(
     assert queue.stats(exact=True).total == 0
 
 
-def test_a_thread_sticks_to_its_lane_and_threads_of_a_process_get_different_ones() -> None:
-    sticky = StickyLane()
-    mine = sticky.lane(8)
-    assert [sticky.lane(8) for _ in range(5)] == [mine] * 5
-    others: list[int] = []
-    threads = [threading.Thread(target=lambda: others.append(sticky.lane(8))) for _ in range(3)]
-    for t in threads:
-        t.start()
-        t.join()  # one after the other: the round robin hands out consecutive lanes
-    assert len({mine, *others}) == 4
+def test_a_keyless_message_takes_no_lane_but_in_a_queue_of_one_lane() -> None:
+    assert lane_for(None, 8) == KEYLESS  # received through shares (engine/shares.py)
+    assert lane_for(None, 1) == 0  # one lane: the whole queue is one unit of order
+    assert lane_for("a", 8) == lane_of("a", 8)
 
 
 def test_fair_share_offers_the_busy_lanes_nobody_owns_oldest_first() -> None:
@@ -107,10 +101,10 @@ def test_a_keys_messages_share_its_lane_and_arrive_in_order(client: QueueClient)
     ids = [queue.send(f"{k}-{n}", key=k) for n, k in enumerate(keys)]
     ids += queue.send_batch([b"x", b"y"])
 
-    # Then each is stored in its key's lane (keyless: this thread's lane, both alike)
+    # Then each is stored in its key's lane (keyless: in none, for any consumer)
     lanes = stored_lanes(client, "keyed")
     assert [lanes[i] for i in ids[:20]] == [lane_of(k, 8) for k in keys]
-    assert lanes[ids[20]] == lanes[ids[21]]
+    assert lanes[ids[20]] == lanes[ids[21]] == KEYLESS
 
     # And one consumer receives each key's messages in the order they were sent
     got = [d for batch in iter(lambda: queue.receive(3, wait=2.0), []) for d in batch]

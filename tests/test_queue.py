@@ -393,6 +393,8 @@ def test_message_acked_between_scan_and_lease_is_not_handed_out_again(
         setattr(queue.buckets, name, then_ack_first(name))
     scans["scan_lane"] = receiving.scan_lane  # a plain consumer's scan of its lane
     monkeypatch.setattr(receiving, "scan_lane", then_ack_first("scan_lane"))
+    scans["scan_range"] = receiving.scan_range  # ... or of its shares (keyless messages)
+    monkeypatch.setattr(receiving, "scan_range", then_ack_first("scan_range"))
 
     # When a second receive scans, then leases the (now acked) message
     again = queue.receive(1, buckets=buckets)

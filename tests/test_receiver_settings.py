@@ -28,7 +28,7 @@ def test_the_read_ahead_bound_follows_a_changed_max_message_bytes(
     monkeypatch.setattr(receiving, "scan_limit", recorded)
     with QueueClient(settings=keyspace) as client:
         queue = client.create_queue("sizes", max_message_bytes=4096)
-        queue.send_batch([b"a", b"b"])
+        queue.send_batch([b"a", b"b"], key="k")  # keyed: lanes read ahead, shares do not
         assert queue.receive(1)
         assert set(sizes) == {4096}
 

@@ -8,10 +8,12 @@ messages go to one partition, and a partition is read by one consumer of a
 group at a time, in order. Here that unit is the **lane**.
 
 * **A message's lane** is written with it (the ``lane`` column of
-  ``messages``): ``crc32(key) % lanes`` when the sender gives a key, else the
-  lane its sending handle and thread stick to (``StickyLane``), so one
-  producer's messages stay in order without a key. Rows written before lanes
-  existed count as lane 0.
+  ``messages``): ``crc32(key) % lanes`` when the sender gives a key. A keyless
+  message of a queue of several lanes needs no order and takes no lane: its
+  lane is ``KEYLESS`` and any number of consumers receive it through shares
+  (``shares.py``), so a lone producer's messages reach every consumer. In a
+  queue of one lane, every message is in lane 0: the whole queue is one unit
+  of order. Rows written before lanes existed count as lane 0.
 * **Ownership of lanes.** A plain consumer (a handle receiving without naming
   buckets) receives only from lanes it owns, queue-wide, in the table
   ``lane_ownership`` (one partition per queue, one row per owned lane, owner
@@ -29,9 +31,9 @@ group at a time, in order. Here that unit is the **lane**.
   a fruitless look it waits ``LANE_LOOK_PAUSE`` seconds before the next,
   doubling up to ``LANE_LOOK_PAUSE_MAX``. A consumer owning busy lanes takes
   one more free busy lane per renewal, so a lone consumer ends up serving all
-  of them. When every lane with messages is owned by
-  others, a consumer receives nothing and waits (Kafka: consumers beyond the
-  number of partitions idle).
+  of them. When every lane with keyed messages is owned by others, a
+  consumer receives only keyless messages (Kafka: consumers beyond the number
+  of partitions idle; its share groups, like shares here, do not).
 * **Takeover.** An owner that stops renewing (crash, SIGKILL, lost network)
   loses its lanes when their rows expire, at most ``ceil(LANE_PERIOD) + 1``
   seconds after its last renewal (the bound of ``ownership.py``); a closed
@@ -45,7 +47,6 @@ its lanes. This module is the pure logic and the owner's bookkeeping.
 
 from __future__ import annotations
 
-import itertools
 import random
 import threading
 import time
@@ -66,9 +67,8 @@ LANE_GROUP = 0
 #: Reads lanes with visible messages, given the lanes owned (by anyone) already.
 BusyLanes = Callable[[Collection[int]], Collection[int]]
 
-# Round robin over every sending thread of the process, from a random start,
-# so that threads (and handles) of one process land in different lanes.
-_next_lane = itertools.count(random.randrange(1 << 16))
+#: The lane of a keyless message in a queue of several lanes: in no lane, read by shares.
+KEYLESS = -1
 
 
 def check_key(key: object) -> str | None:
@@ -92,18 +92,11 @@ def lane_of(key: str, lanes: int) -> int:
     return zlib.crc32(data) % lanes
 
 
-class StickyLane:
-    """The lane of a handle's keyless messages: one per sending thread, kept for good."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-
-    def lane(self, lanes: int) -> int:
-        """This thread's lane among ``lanes``."""
-        n = getattr(self._local, "n", None)
-        if n is None:
-            n = self._local.n = next(_next_lane)
-        return int(n % lanes)
+def lane_for(key: str | None, lanes: int) -> int:
+    """The lane a message is written in: its key's, else ``KEYLESS`` (0 in a one-lane queue)."""
+    if key is None:
+        return KEYLESS if lanes > 1 else 0
+    return lane_of(key, lanes)
 
 
 def free_lanes(busy: Iterable[int], owners: Collection[int]) -> list[int]:

@@ -3,9 +3,11 @@
 How a plain receive works (seed 000, BlueDove, received through lanes,
 ``lanes.py``):
 
-1. **Own lanes.** The handle renews its lanes at a third of their period and
-   releases those idle for as long; a receive that comes up short takes a
-   free lane with visible messages (one per look, up to ``LANE_TAKES``).
+1. **Own lanes and shares.** The handle renews its lanes (keyed messages) and
+   shares (keyless ones, ``shares.py``) at a third of their period and lets
+   idle ones go; a receive that comes up short takes a free lane with visible
+   messages, else a few free shares (one look each, up to ``LANE_TAKES``;
+   ``head_look.py`` reads the head buckets once for both).
 2. **Scan** each owned lane from the head bucket for unacked messages whose
    ``visible_at`` has passed (``lane = ?`` filtered inside each bucket's
    partition, payloads and all) and keep the oldest ``K * n`` (K: the order
@@ -19,16 +21,17 @@ How a plain receive works (seed 000, BlueDove, received through lanes,
    dead-letter queue (``dead_letters.py``, a lightweight transaction each).
 4. **Lease** each pick with a plain write (one ``UPDATE ... WHERE id IN``
    per bucket: the receive's fresh lease token, ``visible_at`` = now +
-   visibility timeout, one more delivery), only in lanes whose ownership is
-   surely still held (``Grant.until``): nobody else leases in them, so no
-   Paxos round is needed.
+   visibility timeout, one more delivery), only in lanes and shares whose
+   ownership is surely still held (``Grant.until``): nobody else leases in
+   them, so no Paxos round is needed.
    A redelivered message (its earlier lease ran out) may have been acked by
    its late consumer between the scan and the write: those leases alone are
    read back, and a message acked meanwhile is not handed out.
 
 Ownership and order. Each lane is received by one consumer at a time, in
-id order, so a key's (or a keyless producer thread's) messages arrive in the
-order they were sent, while consumers on different lanes work side by side
+id order, so a key's messages arrive in the order they were sent, while
+consumers on different lanes, and any number on the shares of keyless
+messages, work side by side
 without racing: the conditional lease of every receive, and the scan each
 loser made, are gone. What costs order: a delivery whose lease ran out comes
 back later than its successors, and a lane changing owner while the old
@@ -58,20 +61,23 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from spark_queue.config import QueueSettings
-from spark_queue.defaults import IDLE_RECHECK, LANE_LOOK_BUCKETS
+from spark_queue.defaults import IDLE_RECHECK
 from spark_queue.engine.bounds import Bounds
 from spark_queue.engine.claims import Claims
 from spark_queue.engine.dead_letters import DeadLetters
 from spark_queue.engine.deliveries import delivery_of, fresh_lease
 from spark_queue.engine.drains import Drains
-from spark_queue.engine.lanes import LaneOwner
+from spark_queue.engine.head_look import HeadLook
+from spark_queue.engine.lanes import KEYLESS, LaneOwner
 from spark_queue.engine.lease_memory import OwnLeases
 from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.engine.named_receive import BucketReceiver
+from spark_queue.engine.shares import ShareOwner
 from spark_queue.message import Delivery, new_lease
 from spark_queue.store.buckets import Buckets
-from spark_queue.store.lane_scans import busy_lanes, lane_visible_at, scan_lane
+from spark_queue.store.lane_scans import lane_visible_at, scan_lane, scan_range
 from spark_queue.store.message_values import Candidate, StoredMessage, now_ms
+from spark_queue.store.owners import Key
 
 #: Free lanes one receive may take while its own lanes come up short.
 LANE_TAKES = 4
@@ -142,6 +148,9 @@ class Receiver:
         self.claims = Claims()
         self.own_leases = OwnLeases()
         self.lanes = LaneOwner(buckets.store, buckets.queue_id, settings().lanes)  # fixed
+        self.shares = ShareOwner(
+            buckets.store, buckets.queue_id, buckets.bucket_size, lambda: self.lanes.period
+        )
         self._lane_idle: dict[tuple[int, int], int] = {}  # (lane, bucket) -> skip until (ms)
         self._lane_floor: dict[int, Floor] = {}
         self._read_ahead: dict[int, ReadAhead] = {}
@@ -177,12 +186,15 @@ class Receiver:
         return deliveries
 
     def _receive_lanes(self, count: int, timeout_ms: int, hint: int) -> list[Delivery]:
-        """A plain consumer's receive: from its own lanes, with plain leases (module doc)."""
-        lanes, now, clock = self.lanes, now_ms(), time.monotonic()
-        lanes.keep(functools.partial(self._busy_lanes, now=now))
+        """A plain consumer's receive: its lanes and shares, with plain leases (module doc)."""
+        lanes, shares, now, clock = self.lanes, self.shares, now_ms(), time.monotonic()
+        look = HeadLook(self._buckets, self._bounds, now)
+        lanes.keep(look.busy_lanes)
+        shares.keep()
         # Claimed rows show up only while a sibling thread's lease is in flight.
         want = count * hint + min(len(self.claims), 4 * count)
         lane_of: dict[tuple[int, int], int] = {}
+        share_of: dict[int, Key] = {}  # keyless rows: id -> share
         until_of: dict[int, int] = {}  # lane -> until when its rows may be read ahead (ms)
         found: list[StoredMessage] = []
         for lane in lanes.safe_lanes():
@@ -192,18 +204,28 @@ class Receiver:
             found.extend(rows)
             if len(found) >= want:
                 break
+        scan_share = functools.partial(self._scan_share, now=now)
+        if len(found) < want:
+            rows, ids = shares.rows(scan_share, want - len(found))
+            share_of.update(ids)
+            found.extend(rows)
         for _ in range(LANE_TAKES):
             if len(found) >= count:
                 break
-            # Our lanes came up short: take a free busy lane (ONE when we own
-            # none, so that idle consumers each get one), to fill this receive.
-            taken = lanes.look(functools.partial(self._busy_lanes, now=now))
-            if taken is None:
-                break
+            # Short: take a free busy lane (ONE when we own none, so that idle
+            # consumers each get one), else free shares of keyless messages.
             short = want - len(found)
-            limit = scan_limit(short, self._settings().max_message_bytes)
-            rows = self._lane_visible(taken, short, now, limit=limit)
-            lane_of.update(((m.bucket, m.id), taken) for m in rows)
+            taken = lanes.look(look.busy_lanes)
+            if taken is not None:
+                limit = scan_limit(short, self._settings().max_message_bytes)
+                rows = self._lane_visible(taken, short, now, limit=limit)
+                lane_of.update(((m.bucket, m.id), taken) for m in rows)
+            else:
+                took = shares.look(look.keyless, count, hint)
+                if not took:
+                    break
+                rows, ids = shares.rows(scan_share, short, only=took)
+                share_of.update(ids)
             found.extend(rows)
             if not found:
                 break
@@ -211,14 +233,23 @@ class Receiver:
         picked = {(m.bucket, m.id) for m in chosen}
         chosen = self._past_limit(chosen, now)
         live = [m for m in chosen if m.expires_at > now]
-        # Lease only in lanes still surely ours: past Grant.until another
-        # consumer may own the lane (ownership.py's bound leaves a second or more).
+        # Lease only in lanes and shares still surely ours: past Grant.until another
+        # consumer may own them (ownership.py's bound leaves a second or more).
         safe = {lane for lane in set(lane_of.values()) if lanes.holds(lane)}
-        late = [m for m in live if lane_of[(m.bucket, m.id)] not in safe]
-        self.claims.drop((m.bucket, m.id) for m in late)
-        live = [m for m in live if lane_of[(m.bucket, m.id)] in safe]
-        self._advance_floors(found, lane_of, picked - {(m.bucket, m.id) for m in late}, timeout_ms)
-        self._keep_ahead(found, lane_of, picked, safe, until_of, now, timeout_ms)
+        kept = {share for share in set(share_of.values()) if shares.holds(share)}
+        late = [
+            m
+            for m in live
+            if (m.id in share_of and share_of[m.id] not in kept)
+            or (m.id not in share_of and lane_of[(m.bucket, m.id)] not in safe)
+        ]
+        late_keys = {(m.bucket, m.id) for m in late}
+        self.claims.drop(late_keys)
+        live = [m for m in live if (m.bucket, m.id) not in late_keys]
+        in_lanes = [m for m in found if (m.bucket, m.id) in lane_of]
+        passed = picked - late_keys
+        self._advance_floors(in_lanes, lane_of, passed, timeout_ms)
+        self._keep_ahead(in_lanes, lane_of, picked, safe, until_of, now, timeout_ms)
         if not live:
             return []
         # One lease token for the receive: its leases agree on everything but the
@@ -270,14 +301,22 @@ class Receiver:
         limit = scan_limit(want, self._settings().max_message_bytes)
         return self._lane_visible(lane, want, now, limit=limit), now + PREFETCH_HOLD_MS
 
-    def unfinished(self) -> set[int]:
-        """Buckets where lanes this handle holds may still hand out what it saw (``drains.py``).
+    def _scan_share(
+        self, bucket: int, ids: tuple[int, int], limit: int, now: int
+    ) -> list[StoredMessage]:
+        """The visible keyless rows of ``bucket`` in the id range of shares held."""
+        return scan_range(self._buckets, bucket, ids, KEYLESS, now, limit)
 
-        The bucket where a lane's last scan stopped at its row limit, and the
-        buckets of the rows read ahead; an ack elsewhere may be a bucket's last.
+    def unfinished(self) -> set[int]:
+        """Buckets where lanes and shares this handle holds may hand out more (``drains.py``).
+
+        The bucket where a lane's last scan stopped at its row limit, the
+        buckets of the rows read ahead, and those of the shares held; an ack
+        elsewhere may be a bucket's last.
         """
         now, held = now_ms(), set(self.lanes.owned())
         buckets = {b for lane, b in list(self._stopped.items()) if lane in held}
+        buckets.update(bucket for bucket, _ in self.shares.owned())
         for lane, ahead in list(self._read_ahead.items()):
             if lane in held and ahead.until > now:
                 buckets.update(m.bucket for m in ahead.rows)
@@ -410,6 +449,7 @@ class Receiver:
         self._lane_idle = {k: t for k, t in self._lane_idle.items() if k[1] != bucket}
         self._lane_floor.clear()
         self._read_ahead.clear()  # an older message may be visible: scan again, in order
+        self.shares.wake()  # and may lie in a share let go: look again at once
 
     def acked(self, keys: Sequence[tuple[int, int]]) -> None:
         """Acked (or stale): sibling threads skip them only while a read-ahead may list them."""
@@ -419,28 +459,6 @@ class Receiver:
         """Forget what this handle read ahead and the leases it wrote: the queue was purged."""
         self._read_ahead.clear()
         self.own_leases.clear()
-
-    def _busy_lanes(self, owned: Collection[int], now: int) -> list[int]:
-        """Lanes with visible messages in the first head buckets that hold any, oldest first.
-
-        Stops at a bucket showing a lane not ``owned``; buckets without a
-        visible message are noted idle and passed over, not counted.
-        """
-        busy: dict[int, None] = {}  # ordered: the lane of the oldest visible message first
-        bucket, read = self._bounds.head, 0
-        self._bounds.refresh_tail()
-        while read < LANE_LOOK_BUCKETS and bucket <= self._bounds.last_bucket():
-            if not self._bounds.skipped(bucket, now):
-                found = busy_lanes(self._buckets, bucket, now)
-                if not found:  # nothing visible in any lane: skip it, and it does not count
-                    self._bounds.note_idle(bucket, now)
-                else:
-                    busy.update(dict.fromkeys(found))
-                    read += 1
-                    if set(busy) - set(owned):
-                        break
-            bucket += 1
-        return list(busy)
 
     def _past_limit(self, chosen: list[M], now: int) -> list[M]:
         """Move the picks past ``max_deliveries`` to the dead-letter queue; return the rest."""

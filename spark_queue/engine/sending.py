@@ -7,7 +7,7 @@
   (``store/ids.py``); a message goes into bucket ``id // bucket_size`` with
   ``visible_at`` = now + delay.
 * **Lanes.** Each message gets its lane (``lanes.py``): from its key when
-  one is given, else the lane its handle and thread stick to.
+  one is given, else none (``KEYLESS``: any consumer may receive it, ``shares.py``).
 * **Repair.** A send that completes more than ``seal_delay`` after its ids
   were reserved reads the seal pointer; if its bucket was sealed in the
   meantime, it sends the message again under a new id. Because the sealer
@@ -31,7 +31,7 @@ from types import MappingProxyType
 from spark_queue.config import QueueSettings, check_seconds
 from spark_queue.defaults import MAX_BATCH
 from spark_queue.engine.bounds import Bounds
-from spark_queue.engine.lanes import StickyLane, check_key, lane_of
+from spark_queue.engine.lanes import check_key, lane_for
 from spark_queue.errors import InvalidMessage, MessageTooLarge
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.ids import IdBlocks
@@ -83,7 +83,6 @@ class Sender:
         self._name = name
         self._settings = settings
         self._check_alive = check_alive
-        self._sticky = StickyLane()
         self.ids = IdBlocks(
             store,
             buckets.queue_id,
@@ -124,11 +123,10 @@ class Sender:
         delay_list = _per_message("delay", delay, count)
         lanes = self._settings().lanes
         if key is None or isinstance(key, str):
-            shared_lane = self._sticky.lane(lanes) if key is None else lane_of(key, lanes)
-            lane_list = [shared_lane] * count
+            lane_list = [lane_for(key, lanes)] * count
         else:
             lane_list = [
-                self._sticky.lane(lanes) if k is None else lane_of(k, lanes)  # type: ignore[arg-type]
+                lane_for(k, lanes)  # type: ignore[arg-type]
                 for k in _per_message("key", key, count)
             ]
         # One look at the settings and one check of a delay shared by the whole

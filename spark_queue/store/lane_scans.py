@@ -1,9 +1,11 @@
-"""The CQL of lanes in a bucket: a lane's visible messages, and which lanes have some.
+"""The CQL of lanes in a bucket: a lane's or a share's visible messages, and which are busy.
 
-Both filter inside one bucket partition (``ALLOW FILTERING`` reads that
+All filter inside one bucket partition (``ALLOW FILTERING`` reads that
 partition only, as the other scans of ``buckets.py`` do). A queue of one lane
 reads without the lane filter: its rows may predate the ``lane`` column
-(``QueueSettings.lanes``).
+(``QueueSettings.lanes``). Keyless messages of a queue of several lanes carry
+the lane ``KEYLESS`` and are read by shares (``engine/shares.py``): an id range
+of a bucket, filtered on that lane.
 """
 
 from __future__ import annotations
@@ -26,8 +28,13 @@ LANE_UNACKED = (
     " AND lane = ? AND acked = false ALLOW FILTERING"
 )
 BUSY_LANES = (
-    "SELECT lane FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
+    "SELECT id, lane FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
     " AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
+)
+SCAN_RANGE = (
+    f"SELECT {MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ?"
+    " AND id >= ? AND id < ? AND lane = ? AND acked = false AND visible_at <= ? LIMIT ?"
+    " ALLOW FILTERING"
 )
 
 
@@ -56,15 +63,29 @@ def scan_lane(
     return [m for row in rows if (m := stored_message(row, bucket)) is not None]
 
 
-def busy_lanes(buckets: Buckets, bucket: int, now: int) -> list[int]:
-    """The lanes with a visible message in ``bucket``, the lane of the oldest one first.
+def scan_range(
+    buckets: Buckets, bucket: int, ids: tuple[int, int], lane: int, now: int, limit: int
+) -> list[StoredMessage]:
+    """Up to ``limit`` unacked messages of ``lane`` with ids in ``ids``, visible at ``now``."""
+    params = (buckets.queue_id, bucket, ids[0], ids[1], lane, now, limit)
+    rows = buckets.scan_rows(SCAN_RANGE, params, bucket)
+    return [m for row in rows if (m := stored_message(row, bucket)) is not None]
+
+
+def visible_lanes(buckets: Buckets, bucket: int, now: int) -> list[tuple[int, int]]:
+    """``(id, lane)`` of each message visible in ``bucket`` at ``now``, in id order.
 
     No payloads read; a row without a lane counts as lane 0.
     """
     rows = buckets.store.rows(
         BUSY_LANES, (buckets.queue_id, bucket, now, buckets.bucket_size), what="looking for lanes"
     )
-    return list(dict.fromkeys(row[0] or 0 for row in rows))  # rows come in id order
+    return [(row[0], row[1] or 0) for row in rows]
+
+
+def busy_lanes(buckets: Buckets, bucket: int, now: int) -> list[int]:
+    """The lanes with a visible message in ``bucket``, the lane of the oldest one first."""
+    return list(dict.fromkeys(lane for _, lane in visible_lanes(buckets, bucket, now)))
 
 
 def lane_visible_at(buckets: Buckets, bucket: int, lane: int) -> list[int]:

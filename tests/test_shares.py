@@ -1,0 +1,211 @@
+"""Shares (engine/shares.py): keyless messages reach every consumer, whatever the producers.
+
+The pure logic (which share holds an id, runs of shares) runs without
+Cassandra; the rest on the shared node, and on a MemoryStore under
+``both_stores``, with short ownership periods where a takeover is awaited.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import pytest
+
+from spark_queue import QueueClient
+from spark_queue.engine.lanes import lane_of
+from spark_queue.engine.ownership import ttl_of
+from spark_queue.engine.shares import SHARE_IDS, runs, share_of, share_range
+
+if TYPE_CHECKING:
+    from spark_queue.message import Delivery
+    from tests.conftest import Backend
+
+both_stores = pytest.mark.both_stores
+
+
+# -- pure logic --------------------------------------------------------------------------
+
+
+def test_a_share_is_a_run_of_consecutive_ids_of_one_bucket() -> None:
+    assert share_of(0, 1000) == (0, 0)
+    assert share_of(SHARE_IDS, 1000) == (0, 1)
+    assert share_of(1000 + SHARE_IDS - 1, 1000) == (1, 0)
+    assert share_range((1, 0), 1000) == (1000, 1000 + SHARE_IDS)
+    # the last share of a bucket stops at the bucket's end
+    last = share_of(999, 1000)
+    assert share_range(last, 1000)[1] == 1000
+    assert all(share_of(i, 1000) == last for i in range(share_range(last, 1000)[0], 1000))
+
+
+def test_runs_group_consecutive_shares_of_one_bucket() -> None:
+    assert runs([(0, 3), (0, 1), (0, 2), (1, 0), (0, 7)]) == [
+        [(0, 1), (0, 2), (0, 3)],
+        [(0, 7)],
+        [(1, 0)],
+    ]
+    assert runs([]) == []
+
+
+# -- on Cassandra (and a MemoryStore) -----------------------------------------------------
+
+
+def work(
+    backend: Backend,
+    name: str,
+    workers: int,
+    batch: int,
+    seconds_each: float,
+    *,
+    quiet: float = 2.0,
+) -> tuple[list[Counter[int]], Counter[int]]:
+    """Run ``workers`` consumer threads until the queue stays empty ``quiet`` seconds.
+
+    Each receives ``batch`` at a time, spends ``seconds_each`` on every message,
+    then acks. Returns each worker's deliveries (id -> times) and the acks.
+    """
+    done: list[Counter[int]] = [Counter() for _ in range(workers)]
+    acked: Counter[int] = Counter()
+    lock = threading.Lock()
+    start = threading.Barrier(workers)
+
+    def consume(me: int) -> None:
+        with backend.client() as own:
+            handle = own.queue(name)
+            start.wait()
+            idle_since = time.monotonic()
+            while time.monotonic() - idle_since < quiet:
+                got: list[Delivery] = handle.receive(batch)
+                if not got:
+                    time.sleep(0.02)
+                    continue
+                time.sleep(seconds_each * len(got))  # the work
+                stale = set(handle.ack_batch([d.receipt for d in got], strict=False))
+                idle_since = time.monotonic()
+                with lock:
+                    done[me].update(d.id for d in got)
+                    acked.update(d.id for d in got if d.receipt not in stale)
+
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return done, acked
+
+
+@both_stores
+def test_a_lone_producers_keyless_messages_reach_every_worker(
+    backend: Backend, client: QueueClient
+) -> None:
+    # Given one producer thread that sent 300 messages without keys (issue 22: all
+    # 300 went to one of six workers, which took 15.6 s where 2.5 s would do)
+    queue = client.create_queue("lone-producer", lanes=8, visibility_timeout=60)
+    ids: list[int] = []
+    for i in range(0, 300, 10):
+        ids += queue.send_batch([f"{n}".encode() for n in range(i, i + 10)])
+
+    # When six workers each receive 5 at a time and spend 50 ms on every message
+    done, acked = work(backend, "lone-producer", workers=6, batch=5, seconds_each=0.05)
+
+    # Then nothing was lost or delivered twice
+    assert set(acked) == set(ids) and max(acked.values()) == 1
+    assert sum(sum(c.values()) for c in done) == len(ids)
+    # And every worker did a share, none more than twice the even split (50): the
+    # finish is close to the even split's 2.5 s of work, not 15 s on one worker
+    shares = sorted(sum(c.values()) for c in done)
+    assert shares[0] >= 10, shares
+    assert shares[-1] <= 2 * len(ids) // 6, shares
+
+
+@both_stores
+def test_keys_keep_their_order_while_keyless_messages_are_shared(
+    backend: Backend, client: QueueClient
+) -> None:
+    # Given keyed messages of two keys interleaved with keyless ones
+    queue = client.create_queue("mixed", lanes=8, visibility_timeout=60)
+    keys = ["alpha", "beta"]
+    assert lane_of(keys[0], 8) != lane_of(keys[1], 8)
+    keyed = queue.send_batch(
+        [f"k{i}".encode() for i in range(60)], key=[keys[i % 2] for i in range(60)]
+    )
+    keyless = queue.send_batch([f"n{i}".encode() for i in range(120)])
+    arrivals: list[tuple[int, str]] = []
+    lock = threading.Lock()
+
+    # When four consumers receive and ack
+    def consume() -> None:
+        with backend.client() as own:
+            handle = own.queue("mixed")
+            idle_since = time.monotonic()
+            while time.monotonic() - idle_since < 2.0:
+                got = handle.receive(4)
+                if not got:
+                    time.sleep(0.02)
+                    continue
+                idle_since = time.monotonic()
+                time.sleep(0.01 * len(got))
+                handle.ack_batch([d.receipt for d in got], strict=False)
+                with lock:
+                    arrivals.extend((d.id, d.payload.decode()) for d in got)
+
+    threads = [threading.Thread(target=consume) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+
+    # Then everything arrived once, and each key's messages in the order sent
+    assert sorted(i for i, _ in arrivals) == sorted(keyed + keyless)
+    for n, key in enumerate(keys):
+        seq = [i for i, p in arrivals if p.startswith("k") and int(p[1:]) % 2 == n]
+        assert seq == sorted(seq), f"key {key!r} out of order"
+
+
+@both_stores
+def test_a_stopped_consumers_keyless_messages_come_back_to_another(
+    backend: Backend, client: QueueClient
+) -> None:
+    # Given a consumer that leased keyless messages and stopped (no ack, no close)
+    period = 2.0
+    queue = client.create_queue("share-takeover", lanes=8, visibility_timeout=1.0)
+    ids = queue.send_batch([str(i).encode() for i in range(10)])
+    gone = backend.client()
+    stopped = gone.queue("share-takeover")
+    stopped.lanes.period = period  # shares follow the lanes' period
+    first = stopped.receive(10)
+    assert first and stopped.shares.owned()
+    stopped_at = time.monotonic()
+
+    # When another consumer keeps receiving
+    got: list[Delivery] = []
+    while len(got) < len(ids) and time.monotonic() - stopped_at < 30:
+        batch = queue.receive(10, wait=0.5)
+        got.extend(batch)
+        queue.ack_batch([d.receipt for d in batch])
+
+    # Then every message came back to it, once the lease and the share's row ran out
+    assert sorted(d.id for d in got) == ids
+    assert time.monotonic() - stopped_at <= ttl_of(period) + 1.0 + 5.0  # slack: busy machine
+    gone.close()
+
+
+@both_stores
+def test_closing_a_client_gives_its_shares_up_at_once(
+    backend: Backend, client: QueueClient
+) -> None:
+    queue = client.create_queue("share-handover", lanes=8, visibility_timeout=0.5)
+    ids = queue.send_batch([str(i).encode() for i in range(SHARE_IDS)])
+    with backend.client() as first:
+        handle = first.queue("share-handover")
+        (one,) = handle.receive(1)
+        assert handle.shares.owned() == [(0, 0)]
+        handle.ack(one.receipt)
+    # the first client closed: its share is free now, not after its period (10 s)
+    began = time.monotonic()
+    rest: list[Delivery] = []
+    while len(rest) < len(ids) - 1 and time.monotonic() - began < 5.0:
+        rest += queue.receive(10, wait=1.0)
+    assert sorted(d.id for d in rest) == ids[1:]
