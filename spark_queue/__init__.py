@@ -26,6 +26,7 @@ from spark_queue.errors import (
     KeyspaceNotFound,
     LocalNodeError,
     MessageTooLarge,
+    MissingExtra,
     QueueExists,
     QueueNotFound,
     SparkQueueError,
@@ -35,6 +36,8 @@ from spark_queue.message import Delivery, Message, QueueStats
 from spark_queue.producer import Producer
 from spark_queue.queue import Queue
 
+#: The one place the version is written: pyproject.toml reads it (a dynamic version),
+#: and ``bdq --version`` reads the installed metadata made from it.
 __version__ = "0.1.0"
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "LocalNodeError",
     "Message",
     "MessageTooLarge",
+    "MissingExtra",
     "Producer",
     "Queue",
     "QueueClient",

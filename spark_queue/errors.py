@@ -13,7 +13,10 @@ The tree::
     │                         replication)
     ├── StaleReceipt          ack / change_visibility with a receipt of an older delivery
     ├── BackendUnavailable    Cassandra could not be reached or did not answer in time
-    └── LocalNodeError        the local Cassandra node could not be started or stopped
+    ├── LocalNodeError        the local Cassandra node could not be started or stopped
+    ├── DataLoss              a replayed Spark micro-batch found messages it had leased gone
+    └── MissingExtra          a part of spark-queue needs an extra that is not installed
+                              (also an ImportError)
 
 Each message names the value, the rule it broke and, where there is one, the fix.
 Driver exceptions are translated at the store boundary and kept as ``__cause__``.
@@ -22,6 +25,14 @@ Driver exceptions are translated at the store boundary and kept as ``__cause__``
 from __future__ import annotations
 
 from collections.abc import Mapping
+
+#: The optional parts of spark-queue: each extra of pyproject.toml and the modules it brings
+#: (a test holds this to pyproject.toml's [project.optional-dependencies]).
+EXTRAS: Mapping[str, tuple[str, ...]] = {
+    "spark": ("pyspark", "pyarrow", "pandas"),
+    "local": ("cryptography",),
+    "metrics": ("prometheus_client",),
+}
 
 
 class SparkQueueError(Exception):
@@ -96,3 +107,28 @@ class DataLoss(SparkQueueError):
 
     The Spark source raises it when ``failOnDataLoss`` is true (the default).
     """
+
+
+class MissingExtra(SparkQueueError, ImportError):
+    """A part of spark-queue needs packages of an extra that is not installed.
+
+    The core install (the client and the ``bdq`` command) leaves out Spark, the
+    local node's certificates and the Prometheus exporter; the part that needs
+    one of them raises this when it is first imported or used, naming the pip
+    command that adds it.
+
+    Args:
+        needed_by: What needs the extra, as the user knows it (``"bdq bench spark"``).
+        extra: The extra's name in pyproject.toml (a key of ``EXTRAS``).
+        missing: The module that failed to import, when known.
+    """
+
+    def __init__(self, needed_by: str, extra: str, missing: str | None = None) -> None:
+        if extra not in EXTRAS:
+            raise ValueError(f"extra {extra!r}: must be one of {sorted(EXTRAS)}")
+        what = f" ({missing} is not installed)" if missing else ""
+        super().__init__(
+            f"{needed_by} needs the {extra!r} extra{what}: pip install 'spark-queue[{extra}]'",
+            name=missing,
+        )
+        self.extra = extra

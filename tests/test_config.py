@@ -17,7 +17,7 @@ SECRET = "s3cret-Pa55"
 
 @pytest.fixture
 def pem(tmp_path: Path) -> Path:
-    from spark_queue.local.tls import make_certificates
+    from spark_queue.local.certificates import make_certificates
 
     return make_certificates(tmp_path / "tls").folder
 

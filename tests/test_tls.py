@@ -24,8 +24,8 @@ from spark_queue.cli import main
 from spark_queue.config import parse_hosts
 from spark_queue.errors import BackendUnavailable
 from spark_queue.local import cql
+from spark_queue.local.certificates import make_ca
 from spark_queue.local.node import LocalCluster
-from spark_queue.local.tls import make_ca
 from spark_queue.spark.options import connector_options
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow, pytest.mark.usefixtures("local_node_tools")]

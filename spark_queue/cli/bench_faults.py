@@ -18,7 +18,7 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -26,14 +26,16 @@ from rich.table import Table
 
 from spark_queue.bench.faults_bench import fresh_workdir, run_faults_bench
 from spark_queue.bench.faults_params import FaultsParams, check_faults
-from spark_queue.bench.faults_pipeline import NodeFaults, run_pipeline_faults
 from spark_queue.bench.faults_report import HEADERS, level_row, write_report
 from spark_queue.cli.flags import echo_json, echo_progress, json_option
 from spark_queue.config import ConnectionSettings, hosts_from_env
-from spark_queue.errors import InvalidSetting
+from spark_queue.errors import InvalidSetting, MissingExtra
 from spark_queue.local import cql
 from spark_queue.local.node import LocalCluster
 from spark_queue.local.node_conf import default_home
+
+if TYPE_CHECKING:
+    from spark_queue.bench.faults_pipeline import NodeFaults
 
 ADDRESS = "127.0.0.51"
 JMX_PORT = 7290
@@ -124,6 +126,11 @@ def faults(
             "--node-fault: needs --pipeline and the bench's own three nodes"
             " (BDQ_CASSANDRA_HOSTS unset), so that it can kill and restart them"
         )
+    if pipeline:  # the Spark relay needs the 'spark' extra: say so before any node starts
+        try:
+            from spark_queue.bench import faults_pipeline
+        except MissingExtra as e:
+            raise MissingExtra("bdq bench faults --pipeline", e.extra, e.name) from e
     cluster = None if external else _cluster(cluster_home or default_home() / "faults")
     if cluster is not None:
         cluster.start(nodes=3, echo=echo_progress)
@@ -149,7 +156,7 @@ def faults(
             if node_fault:
                 assert cluster is not None  # checked above: no BDQ_CASSANDRA_HOSTS
                 seed = random.SystemRandom().randrange(2**31) if seed is None else seed
-                disturb = NodeFaults(cluster, seed, echo=echo_progress)
+                disturb = faults_pipeline.NodeFaults(cluster, seed, echo=echo_progress)
             _pipeline(settings, workdir, seed=seed, as_json=as_json, disturb=disturb, **options)
             return
         params = FaultsParams.quick(seed) if quick else FaultsParams()
@@ -207,6 +214,8 @@ def _pipeline(
     disturb: NodeFaults | None,
     **_: Any,
 ) -> None:
+    from spark_queue.bench.faults_pipeline import run_pipeline_faults  # checked by faults()
+
     result = run_pipeline_faults(
         settings,
         workdir,

@@ -8,7 +8,6 @@ import click
 from rich.table import Table
 
 from spark_queue.bench.consistency import MIN_PAYLOAD_BYTES
-from spark_queue.bench.spark_bench import run_spark_bench
 from spark_queue.bench.spark_bench_params import CHECKPOINT_MANAGER
 from spark_queue.bench.spark_bench_results import (
     LATENCY_P50_TARGET_MS,
@@ -24,7 +23,7 @@ from spark_queue.cli.bench_flags import run_options
 from spark_queue.cli.bench_output import format_rate, format_ratio, progress_status, stdout_console
 from spark_queue.cli.flags import connection_options, echo_json, json_option
 from spark_queue.config import ConnectionSettings
-from spark_queue.errors import InvalidSetting
+from spark_queue.errors import InvalidSetting, MissingExtra
 
 
 @click.command("spark")
@@ -124,6 +123,10 @@ def spark(
     insert baseline is measured before and after. Each run uses fresh queues
     and removes them at the end.
     """
+    try:  # pyspark is the 'spark' extra: imported here so that bdq works without it
+        from spark_queue.bench.spark_bench import run_spark_bench
+    except MissingExtra as e:
+        raise MissingExtra("bdq bench spark", e.extra, e.name) from e
     conf = dict(_key_value("--spark-conf", text) for text in spark_conf)
     with progress_status() as progress:
         result = run_spark_bench(settings, spark_conf=conf, progress=progress, **options)

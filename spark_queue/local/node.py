@@ -49,7 +49,7 @@ from spark_queue.local.processes import (
     probe_cql,
     wait_exit,
 )
-from spark_queue.local.tls import TlsFiles, make_certificates
+from spark_queue.local.tls import TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +219,10 @@ class LocalCluster:
             raise LocalNodeError(f"tls {tls!r}: must be 'optional', 'required' or None")
         extra = dict(settings or {})
         if tls is not None:
+            # Only TLS needs cryptography (the 'local' extra): imported here, so a plain start,
+            # and bdq itself, work with the core install.
+            from spark_queue.local.certificates import make_certificates
+
             files = make_certificates(self.tls_files.folder, str(self._first))
             extra.update(files.node_settings(required=tls == "required"))
         java = find_java()

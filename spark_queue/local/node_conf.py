@@ -2,9 +2,10 @@
 
 What Cassandra's own ``conf/`` folder and ``bin/cassandra`` script would hold
 for a node: the folders of a node (``NodeSpec``), its ``cassandra.yaml``
-rendered from the template in ``conf/cassandra`` with the node's address,
-ports and extra settings, and the Java command line that runs it. Starting,
-stopping and watching the process is ``node.LocalCluster``'s.
+rendered from the template in ``templates/`` (package data, beside this
+module, so an installed wheel has it too) with the node's address, ports and
+extra settings, and the Java command line that runs it. Starting, stopping and
+watching the process is ``node.LocalCluster``'s.
 """
 
 from __future__ import annotations
@@ -57,10 +58,14 @@ JVM17_FLAGS = (
 )
 
 
+#: The node templates (cassandra.yaml, logback.xml, pom.xml), package data of spark_queue.
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
 def _project_root() -> Path | None:
-    """The source checkout this package runs from, if it runs from one."""
+    """The source checkout this package runs from, if it runs from one (not an installed wheel)."""
     root = Path(__file__).resolve().parents[2]
-    return root if (root / "conf" / "cassandra").is_dir() else None
+    return root if (root / "pyproject.toml").is_file() else None  # site-packages has none
 
 
 def default_home() -> Path:
@@ -72,16 +77,26 @@ def default_home() -> Path:
 
 
 def default_conf_dir() -> Path:
-    """Where the node templates live: ``$BDQ_CONF_DIR/cassandra``, else ``conf/cassandra``."""
+    """Where the node templates live: ``$BDQ_CONF_DIR/cassandra``, else the package's ``TEMPLATES``.
+
+    ``BDQ_CONF_DIR`` points at a folder with a ``cassandra/`` folder holding edited
+    copies of all three templates.
+    """
     if os.environ.get("BDQ_CONF_DIR"):
-        return Path(os.environ["BDQ_CONF_DIR"]).expanduser() / "cassandra"
-    root = _project_root()
-    if root is None:
+        conf_dir = Path(os.environ["BDQ_CONF_DIR"]).expanduser() / "cassandra"
+        source = f"BDQ_CONF_DIR={os.environ['BDQ_CONF_DIR']}"
+    else:
+        conf_dir, source = TEMPLATES, "the spark_queue package"
+    missing = [
+        n for n in ("cassandra.yaml", "logback.xml", "pom.xml") if not (conf_dir / n).is_file()
+    ]
+    if missing:
         raise LocalNodeError(
-            "the local node templates were not found: set BDQ_CONF_DIR to a spark-queue"
-            " checkout's conf/ folder, or point BDQ_CASSANDRA_HOSTS at your own cluster"
+            f"{conf_dir} ({source}): the local node templates {', '.join(missing)} are missing;"
+            " copy them from spark_queue/local/templates/ (or unset BDQ_CONF_DIR), reinstall"
+            " spark-queue, or point BDQ_CASSANDRA_HOSTS at your own cluster"
         )
-    return root / "conf" / "cassandra"
+    return conf_dir
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,21 @@ Installing spark-queue installs the top-level module ``pyspark_bdq``, which
 Spark finds by itself, so ``spark.readStream.format("bdq")`` needs no setup.
 ``register(spark)`` registers it where Spark cannot find it (for example when
 the package reaches the cluster as a zip through ``--py-files``) and does
-nothing where it can.
+nothing where it can. Importing it without pyspark and pyarrow (the ``spark``
+extra) raises ``MissingExtra``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from spark_queue.errors import MissingExtra
+
+try:  # the 'spark' extra: the core install (client, bdq) has neither
+    import pyarrow  # noqa: F401
+    import pyspark  # noqa: F401
+except ImportError as e:
+    raise MissingExtra("the Spark connector (spark_queue.spark)", "spark", e.name) from e
 
 from spark_queue.spark.datasource import BdqDataSource
 from spark_queue.spark.options import options_from_spark_conf

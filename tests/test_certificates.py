@@ -1,4 +1,4 @@
-"""The local node's certificates (spark_queue.local.tls), checked with the ssl and x509 APIs."""
+"""The local node's certificates (spark_queue.local.certificates), checked with ssl and x509."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from spark_queue.local.tls import make_certificates
+from spark_queue.local.certificates import make_certificates
 
 
 def test_certificates_chain_to_the_ca_and_name_the_node_addresses(tmp_path: Path) -> None:
