@@ -13,9 +13,10 @@ from spark_queue.cli.cassandra import cassandra
 from spark_queue.cli.dlq import dlq
 from spark_queue.cli.flags import CommandGroup, group_connection_options
 from spark_queue.cli.keyspace_commands import keyspace
+from spark_queue.cli.message_commands import ack, change_visibility, peek, receive, send
 from spark_queue.cli.metrics import metrics
 from spark_queue.cli.profiles import profile_option
-from spark_queue.cli.queue_commands import ack, peek, queue, receive, send
+from spark_queue.cli.queue_commands import queue
 from spark_queue.cli.top import top
 
 
@@ -50,7 +51,7 @@ def main() -> None:
 main.add_command(cassandra)
 main.add_command(keyspace)
 main.add_command(queue)
-for command in (send, receive, peek, ack):
+for command in (send, receive, peek, ack, change_visibility):
     main.add_command(command)
 main.add_command(dlq)
 main.add_command(top)

@@ -324,6 +324,38 @@ def _json_value(value: object) -> str:
     return str(value)
 
 
+def yes_option(func: Callable[..., R]) -> Callable[..., R]:
+    """Add ``--yes``/``-y`` (parameter ``yes``): do it without asking first.
+
+    Args:
+        func: A click command callback that takes ``yes: bool`` and calls :func:`confirm`.
+
+    Returns:
+        The callback with the flag attached.
+    """
+    return click.option(
+        "--yes", "-y", "yes", is_flag=True, help="Do not ask first (scripts, CI: no terminal)."
+    )(func)
+
+
+def confirm(question: str, refusal: str) -> None:
+    """Ask ``question`` on the terminal; stop with ``refusal`` (exit 1) unless the answer is yes.
+
+    Without a terminal to answer (stdin closed, as in CI), the answer is no.
+
+    Args:
+        question: What is about to happen, with its size.
+        refusal: One line naming what was not done and how to do it anyway.
+    """
+    try:
+        agreed = click.confirm(question, default=False, err=True)
+    except click.Abort:  # end of input or Ctrl-C: nobody said yes
+        click.echo(err=True)  # end the question's line
+        agreed = False
+    if not agreed:
+        raise click.ClickException(refusal)
+
+
 def echo_progress(message: str) -> None:
     """Print a progress line on stderr, so stdout keeps only the command's result.
 
