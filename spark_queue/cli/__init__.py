@@ -10,6 +10,7 @@ from spark_queue.cli.bench_commands import bench
 from spark_queue.cli.bench_faults import faults
 from spark_queue.cli.bench_stats import stats as bench_stats
 from spark_queue.cli.cassandra import cassandra
+from spark_queue.cli.describe_command import describe_command
 from spark_queue.cli.dlq import dlq
 from spark_queue.cli.flags import CommandGroup, group_connection_options
 from spark_queue.cli.keyspace_commands import keyspace
@@ -51,6 +52,7 @@ def main() -> None:
 main.add_command(cassandra)
 main.add_command(keyspace)
 main.add_command(queue)
+queue.add_command(describe_command)
 for command in (send, receive, peek, ack, change_visibility):
     main.add_command(command)
 main.add_command(dlq)
