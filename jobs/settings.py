@@ -25,6 +25,7 @@ from spark_queue.config import (
     ConnectionSettings,
     QueueSettings,
     check_queue_name,
+    parse_duration,
 )
 from spark_queue.errors import InvalidSetting, QueueExists, QueueNotFound
 from spark_queue.queue import Queue
@@ -178,6 +179,13 @@ def _text(table: Mapping[str, Any], key: str, default: str, where: str) -> str:
     return value
 
 
+def _duration(table: Mapping[str, Any], key: str, default: str | float, where: str) -> str:
+    """A duration as every front end writes it (``config.parse_duration``), kept as text."""
+    value = table.get(key, default)
+    parse_duration(f"{where}: {key} =", value)
+    return str(value)
+
+
 def _queue_spec(table: Mapping[str, Any], role: str, where: str) -> QueueSpec:
     _check_keys(table, ("name", "bucket_size", "visibility_timeout"), where)
     name = _text(table, "name", {"rejected": "orders-rejected"}.get(role, role), where)
@@ -186,7 +194,7 @@ def _queue_spec(table: Mapping[str, Any], role: str, where: str) -> QueueSpec:
         spec = QueueSpec(
             name,
             _whole(table, "bucket_size", defaults.BUCKET_SIZE, where),
-            _number(table, "visibility_timeout", 60.0, where),
+            parse_duration(f"{where}: visibility_timeout =", table.get("visibility_timeout", 60.0)),
         )
         # The library checks the rest (bucket size range, positive timeout).
         QueueSettings(bucket_size=spec.bucket_size, visibility_timeout=spec.visibility_timeout)
@@ -239,8 +247,10 @@ def load_config(path: Path | str | None = None) -> JobConfig:
     pipeline = PipelineSettings(
         app_name=_text(table, "app_name", defaults.app_name, where),
         checkpoint_dir=Path(_text(table, "checkpoint_dir", str(defaults.checkpoint_dir), where)),
-        trigger_interval=_text(table, "trigger_interval", defaults.trigger_interval, where),
-        visibility_timeout=_text(table, "visibility_timeout", defaults.visibility_timeout, where),
+        trigger_interval=_duration(table, "trigger_interval", defaults.trigger_interval, where),
+        visibility_timeout=_duration(
+            table, "visibility_timeout", defaults.visibility_timeout, where
+        ),
         max_messages_per_trigger=max_rows,
     )
 

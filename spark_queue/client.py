@@ -18,6 +18,7 @@ from spark_queue.queue import Queue
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.catalog import (
     FIXED,
+    dead_letter_sources,
     queue_names,
     read_settings,
     register_queue,
@@ -316,6 +317,14 @@ class QueueClient:
     def list_queues(self) -> list[str]:
         """Names of every queue in the keyspace, sorted."""
         return sorted(queue_names(self._store))
+
+    def dead_letter_sources(self, name: str) -> list[str]:
+        """Names of the queues whose ``dead_letter_queue`` is ``name``, sorted.
+
+        SQS's ListDeadLetterSourceQueues: empty when ``name`` is no queue's
+        dead-letter queue (whether or not it exists).
+        """
+        return dead_letter_sources(self._store, check_queue_name(name))
 
     def delete_queue(self, name: str, *, missing_ok: bool = False) -> None:
         """Delete a queue and its messages.

@@ -27,6 +27,7 @@ ENV_VARS = {
     "username": "BDQ_CASSANDRA_USERNAME",
     "password": "BDQ_CASSANDRA_PASSWORD",
     "local_dc": "BDQ_LOCAL_DC",
+    "consistency": "BDQ_CONSISTENCY",
     "auth_provider": "BDQ_CASSANDRA_AUTH_PROVIDER",
     "protocol_version": "BDQ_CASSANDRA_PROTOCOL_VERSION",
     "tls": "BDQ_CASSANDRA_TLS",
@@ -334,6 +335,52 @@ def check_seconds(setting: str, value: object, *, allow_zero: bool = False) -> f
     ):
         rule = "a number of seconds >= 0" if allow_zero else "a positive number of seconds"
         raise InvalidSetting(f"{setting} {value!r}: must be {rule}")
+    return seconds
+
+
+#: Seconds per duration unit; a number without a unit is seconds.
+DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+#: How every duration is written: flags, connector options, TOML files.
+DURATION_RULE = (
+    "a number of seconds, or a number with a unit ms, s, m, h or d,"
+    " such as 30, '500ms', '30s', '2m' or '1h'"
+)
+_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]+)?")
+
+
+def parse_duration(
+    setting: str, value: object, *, allow_zero: bool = False, whole: bool = False
+) -> float:
+    """Seconds from a duration written the one way spark-queue accepts everywhere.
+
+    A number (``30``, ``0.5``: seconds), or text: a number with an optional
+    unit, ``ms``, ``s``, ``m`` (or ``min``), ``h`` or ``d`` (``'500ms'``,
+    ``'30s'``, ``'2m'``, ``'1h'``, ``'7d'``). CLI flags, Spark connector options
+    and TOML files all go through this function.
+
+    Args:
+        setting: How the caller names the value in an error (``--visibility-timeout``,
+            ``option 'visibilityTimeout' =``).
+        value: A number or text.
+        allow_zero: Accept 0.
+        whole: Accept only whole seconds (a TTL).
+
+    Raises:
+        InvalidSetting: Naming ``setting``, the value and the rule.
+    """
+    seconds = float("nan")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _DURATION_RE.fullmatch(value.strip().lower())
+        if match and (match[2] is None or match[2] in DURATION_UNITS):
+            seconds = float(match[1]) * (DURATION_UNITS[match[2]] if match[2] else 1.0)
+    finite = seconds == seconds and seconds != float("inf")
+    if not finite or seconds < 0 or (seconds == 0 and not allow_zero):
+        kind = "duration of 0 or more" if allow_zero else "positive duration"
+        raise InvalidSetting(f"{setting} {value!r}: must be a {kind}: {DURATION_RULE}")
+    if whole and seconds != int(seconds):
+        raise InvalidSetting(f"{setting} {value!r}: must be whole seconds, such as 60 or '7d'")
     return seconds
 
 

@@ -126,6 +126,9 @@ def _start_container(config: pytest.Config) -> Any:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # bdq's profiles: no test reads the config file of the user who runs the suite
+    os.environ["BDQ_CONFIG"] = os.devnull
+    os.environ.pop("BDQ_PROFILE", None)
     config.addinivalue_line(
         "markers", "both_stores: runs on a MemoryStore and on Cassandra (the backend fixture)"
     )

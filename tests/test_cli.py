@@ -24,6 +24,7 @@ UNSET_ENV: dict[str, str | None] = {
         "BDQ_CASSANDRA_USERNAME",
         "BDQ_CASSANDRA_PASSWORD",
         "BDQ_LOCAL_DC",
+        "BDQ_CONSISTENCY",
     )
 }
 

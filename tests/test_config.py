@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from spark_queue.config import ConnectionSettings
+from spark_queue.config import ConnectionSettings, parse_duration
 from spark_queue.errors import InvalidSetting
 from spark_queue.spark.options import SourceOptions, connection_settings, connector_options
+from spark_queue.spark.options import parse_duration as parse_option_duration
 from spark_queue.store.session import _auth_provider, _ssl_context
 
 SECRET = "s3cret-Pa55"
@@ -137,3 +138,29 @@ def test_protocol_is_negotiated_by_default_and_pinned_on_request(
     with cql.connect(replace(cassandra, protocol_version=4)) as pinned:
         assert pinned.execute("SELECT release_version FROM system.local").one() == version
         assert pinned.cluster.protocol_version == 4
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(30, 30.0), (0.5, 0.5), ("30", 30.0), ("500ms", 0.5), ("30s", 30.0), (" 2m ", 120.0),
+     ("1h", 3600.0), ("7d", 604800.0), (".5s", 0.5), ("1.5 min", 90.0)],
+)  # fmt: skip
+def test_a_duration_is_written_one_way_everywhere(value: object, seconds: float) -> None:
+    assert parse_duration("--wait", value) == seconds
+    # the connector options and the jobs' TOML go through the same parser
+    assert parse_option_duration("visibilityTimeout", str(value)) == seconds
+
+
+@pytest.mark.parametrize("value", [0, -5, "-5s", "5 parsecs", "1e3", "", "nan", float("inf"), True])
+def test_a_bad_duration_names_the_value_and_the_rule(value: object) -> None:
+    with pytest.raises(InvalidSetting) as e:
+        parse_duration("--wait", value)
+    assert str(e.value).startswith(f"--wait {value!r}: must be a positive duration: a number of")
+    assert "'500ms'" in str(e.value)
+
+
+def test_a_duration_may_allow_zero_or_require_whole_seconds() -> None:
+    assert parse_duration("--delay", "0s", allow_zero=True) == 0.0
+    assert parse_duration("--message-ttl", "7d", whole=True) == 604800.0
+    with pytest.raises(InvalidSetting, match=r"--message-ttl '1\.5s': must be whole seconds"):
+        parse_duration("--message-ttl", "1.5s", whole=True)

@@ -157,7 +157,17 @@ def test_bdq_queue_update(keyspace: ConnectionSettings) -> None:
     assert runner.invoke(main, ["queue", "create", "jobs", *connection]).exit_code == 0
     result = runner.invoke(
         main,
-        ["queue", "update", "jobs", "--visibility-timeout", "9", "-k", "2", "--json", *connection],
+        [
+            "queue",
+            "update",
+            "jobs",
+            "--visibility-timeout",
+            "9",
+            "--order-hint",
+            "2",
+            "--json",
+            *connection,
+        ],
     )
     assert result.exit_code == 0, result.output
     assert (

@@ -79,8 +79,14 @@ def _cluster(home: Path) -> LocalCluster:
     help="With --pipeline: in every other relay run a node of the three is SIGKILLed and"
     " restarted (needs the bench's own nodes, not BDQ_CASSANDRA_HOSTS).",
 )
-@click.option("--messages", type=click.IntRange(1), default=20_000, show_default=True)
-@click.option("--kills", type=click.IntRange(0, 1000), default=10, show_default=True)
+@click.option(
+    "--messages", type=click.IntRange(1), default=20_000, show_default=True,
+    help="With --pipeline: messages the relay carries.",
+)  # fmt: skip
+@click.option(
+    "--kills", type=click.IntRange(0, 1000), default=10, show_default=True,
+    help="With --pipeline: SIGKILLs of the relay at random points.",
+)  # fmt: skip
 @click.option("--seed", type=click.IntRange(0), default=None, help="[default: random]")
 @click.option(
     "--report",

@@ -1,11 +1,9 @@
-"""`bdq queue ...`, `bdq send`, `bdq receive`, `bdq peek`, `bdq ack`: the client as commands."""
+"""`bdq queue ...`: create, update, list, describe, purge and delete queues, and their counts."""
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -17,18 +15,19 @@ from rich.table import Table
 from spark_queue import defaults
 from spark_queue.cli.flags import (
     CommandGroup,
+    Duration,
+    confirm,
     connection_options,
     echo_json,
     echo_progress,
     json_option,
+    yes_option,
 )
 from spark_queue.cli.keyspace_commands import replication_of, replication_options
-from spark_queue.cli.message_output import print_messages
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
-from spark_queue.errors import InvalidMessage, InvalidSetting, QueueExists
+from spark_queue.errors import InvalidSetting, QueueExists
 from spark_queue.message import QueueStats
-from spark_queue.queue import Queue
 from spark_queue.store.catalog import FIXED
 
 _console = Console()
@@ -42,31 +41,38 @@ def queue() -> None:
 @queue.command()
 @click.argument("name")
 @click.option(
-    "--bucket-size",
-    type=int,
-    show_default=str(defaults.BUCKET_SIZE),
-    help="Ids per bucket (fixed).",
-)
-@click.option(
-    "--visibility-timeout", type=float, show_default=f"{defaults.VISIBILITY_TIMEOUT:g}",
-    help="Seconds a received message stays invisible.",
+    "--bucket-size", type=click.IntRange(1, defaults.MAX_BUCKET_SIZE),
+    show_default=str(defaults.BUCKET_SIZE), help="Ids per bucket, one Cassandra partition (fixed).",
 )  # fmt: skip
 @click.option(
-    "--order-hint", "-k", type=int, show_default=str(defaults.ORDER_HINT),
+    "--visibility-timeout", type=Duration(), show_default=f"{defaults.VISIBILITY_TIMEOUT:g}s",
+    help="How long a received message stays invisible: 30, '90s', '5m'.",
+)  # fmt: skip
+@click.option(
+    "--order-hint", type=click.IntRange(1, defaults.MAX_ORDER_HINT),
+    show_default=str(defaults.ORDER_HINT),
     help="K: pick among the oldest K visible messages (1 = best order).",
 )  # fmt: skip
-@click.option("--message-ttl", type=int, show_default=str(defaults.MESSAGE_TTL), help="Seconds.")
-@click.option("--max-deliveries", type=int, help="Move to the DLQ after this many.")
-@click.option("--dead-letter-queue", help="Queue taking messages past max.")
 @click.option(
-    "--max-message-bytes", type=int, show_default=str(defaults.MAX_MESSAGE_BYTES),
-    help="Largest payload accepted.",
+    "--message-ttl", type=Duration(whole=True), show_default=f"{defaults.MESSAGE_TTL}s",
+    help="How long an unacked message lives, in whole seconds: 3600, '12h', '7d'.",
 )  # fmt: skip
 @click.option(
-    "--seal-delay", type=float, show_default=f"{defaults.SEAL_DELAY:g}", help="Seconds (fixed)."
-)
+    "--max-deliveries", type=click.IntRange(1, 1_000_000),
+    help="Move a message to --dead-letter-queue after this many deliveries.",
+)  # fmt: skip
+@click.option("--dead-letter-queue", help="Queue taking messages past --max-deliveries.")
 @click.option(
-    "--lanes", type=int, show_default=str(defaults.LANES),
+    "--max-message-bytes", type=click.IntRange(1, defaults.MAX_MESSAGE_BYTES_LIMIT),
+    show_default=str(defaults.MAX_MESSAGE_BYTES),
+    help="Largest payload a send accepts, in bytes; a larger one is refused by name.",
+)  # fmt: skip
+@click.option(
+    "--seal-delay", type=Duration(), show_default=f"{defaults.SEAL_DELAY:g}s",
+    help="How long a full bucket waits for late writes before it is sealed (fixed).",
+)  # fmt: skip
+@click.option(
+    "--lanes", type=click.IntRange(1, defaults.MAX_LANES), show_default=str(defaults.LANES),
     help="Units of order: up to this many consumers receive side by side (fixed).",
 )  # fmt: skip
 @click.option(
@@ -141,17 +147,30 @@ def _exists_message(name: str, differences: Mapping[str, tuple[object, object]])
 @queue.command()
 @click.argument("name")
 @click.option(
-    "--visibility-timeout", type=float, help="Seconds a received message stays invisible."
-)
-@click.option("--order-hint", "-k", type=int, help="K: pick among the oldest K visible messages.")
-@click.option("--message-ttl", type=int, help="Seconds; applies to messages sent from now on.")
-@click.option("--max-deliveries", type=int, help="Move to the DLQ after this many deliveries.")
+    "--visibility-timeout", type=Duration(),
+    help="How long a received message stays invisible: 30, '90s', '5m'.",
+)  # fmt: skip
+@click.option(
+    "--order-hint", type=click.IntRange(1, defaults.MAX_ORDER_HINT),
+    help="K: pick among the oldest K visible messages.",
+)  # fmt: skip
+@click.option(
+    "--message-ttl", type=Duration(whole=True),
+    help="How long an unacked message lives (whole seconds); for messages sent from now on.",
+)  # fmt: skip
+@click.option(
+    "--max-deliveries", type=click.IntRange(1, 1_000_000),
+    help="Move to the DLQ after this many deliveries.",
+)  # fmt: skip
 @click.option("--dead-letter-queue", help="Queue taking messages past --max-deliveries.")
 @click.option(
     "--no-dead-letter-queue", is_flag=True,
     help="Stop moving messages to a dead-letter queue (clears both settings).",
 )  # fmt: skip
-@click.option("--max-message-bytes", type=int, help="Largest payload accepted.")
+@click.option(
+    "--max-message-bytes", type=click.IntRange(1, defaults.MAX_MESSAGE_BYTES_LIMIT),
+    help="Largest payload a send accepts, in bytes; applies to the next send.",
+)  # fmt: skip
 @click.option("--bucket-size", type=int, hidden=True)  # refused by name: fixed at creation
 @click.option("--seal-delay", type=float, hidden=True)  # likewise
 @click.option("--lanes", type=int, hidden=True)  # likewise
@@ -210,11 +229,20 @@ def list_(settings: ConnectionSettings, as_json: bool) -> None:
 @queue.command()
 @click.argument("name")
 @click.option("--missing-ok", is_flag=True, help="Succeed if there is no such queue.")
+@yes_option
 @connection_options
 @json_option
-def delete(settings: ConnectionSettings, name: str, missing_ok: bool, as_json: bool) -> None:
-    """Delete queue NAME and its messages."""
+def delete(
+    settings: ConnectionSettings, name: str, missing_ok: bool, yes: bool, as_json: bool
+) -> None:
+    """Delete queue NAME and its messages, after asking (unless --yes)."""
     with QueueClient(settings=settings) as client:
+        if not yes and name in client.list_queues():
+            total = client.queue(name).stats().total
+            confirm(
+                f"Delete queue {name!r} and its {total} message(s)?",
+                f"queue {name!r}: not deleted; answer y, or pass --yes where nobody can answer",
+            )
         client.delete_queue(name, missing_ok=missing_ok)
     if as_json:
         echo_json({"name": name, "deleted": True})
@@ -224,12 +252,19 @@ def delete(settings: ConnectionSettings, name: str, missing_ok: bool, as_json: b
 
 @queue.command()
 @click.argument("name")
+@yes_option
 @connection_options
 @json_option
-def purge(settings: ConnectionSettings, name: str, as_json: bool) -> None:
-    """Remove every message of queue NAME."""
+def purge(settings: ConnectionSettings, name: str, yes: bool, as_json: bool) -> None:
+    """Remove every message of queue NAME, after asking (unless --yes)."""
     with QueueClient(settings=settings) as client:
-        count = client.queue(name).purge()
+        q = client.queue(name)
+        if not yes:
+            confirm(
+                f"Remove all {q.stats().total} message(s) of queue {name!r}?",
+                f"queue {name!r}: not purged; answer y, or pass --yes where nobody can answer",
+            )
+        count = q.purge()
     if as_json:
         echo_json({"name": name, "purged": count})
         return
@@ -241,8 +276,8 @@ def purge(settings: ConnectionSettings, name: str, as_json: bool) -> None:
 @click.option("--exact", is_flag=True, help="Scan every live bucket (costs more with the backlog).")
 @click.option("--watch", is_flag=True, help="Refresh in place until Ctrl-C.")
 @click.option(
-    "--interval", type=click.FloatRange(0.1), default=1.0, show_default=True,
-    help="Seconds between refreshes with --watch.",
+    "--interval", type=Duration(minimum=0.1), default=1.0, show_default=True,
+    help="Time between refreshes with --watch: 1, '500ms', '5s'.",
 )  # fmt: skip
 @connection_options
 @json_option
@@ -311,155 +346,3 @@ def watch_table(render: Callable[[], RenderableType], interval: float) -> None:
                 live.update(render(), refresh=True)
         except KeyboardInterrupt:
             pass  # Ctrl-C is how a watch ends: no traceback, exit 0
-
-
-# -- messages ---------------------------------------------------------------------
-
-
-@click.command()
-@click.argument("queue_name", metavar="QUEUE")
-@click.argument("messages", nargs=-1)
-@click.option("--header", "-H", "headers", multiple=True, help="key=value, repeatable.")
-@click.option("--delay", type=float, default=0.0, help="Seconds before the messages show.")
-@click.option("--key", default=None, help="Unit of order: a key's messages arrive in order.")
-@connection_options
-@json_option
-def send(
-    settings: ConnectionSettings,
-    queue_name: str,
-    messages: Sequence[str],
-    headers: Sequence[str],
-    delay: float,
-    key: str | None,
-    as_json: bool,
-) -> None:
-    """Send MESSAGE(s) to QUEUE; '-' reads one message per line from stdin.
-
-    With '-' each line is sent as it arrives, through a producer that batches
-    them; the ids are printed once every line is durable. A line that breaks
-    a rule stops the command; the lines before it are sent.
-    """
-    header_map = _parse_headers(headers)
-    stdin = list(messages) == ["-"]
-    if not messages:
-        raise InvalidSetting("messages: give at least one MESSAGE, or '-' to read lines from stdin")
-    with QueueClient(settings=settings) as client:
-        q = client.queue(queue_name)
-        if stdin:
-            ids = _send_lines(q, sys.stdin, header_map, delay, key)
-        else:
-            ids = []
-            for start in range(0, len(messages), 1000):
-                ids += q.send_batch(
-                    messages[start : start + 1000], headers=header_map, delay=delay, key=key
-                )
-    if not ids:
-        raise InvalidSetting("messages: stdin was empty; give at least one line")
-    if as_json:
-        echo_json({"queue": queue_name, "ids": ids})
-    else:
-        click.echo(f"sent {len(ids)} message(s) to {queue_name!r}: ids {_id_span(ids)}")
-
-
-@click.command()
-@click.argument("queue_name", metavar="QUEUE")
-@click.option(
-    "-n", "--max", "max_messages", type=click.IntRange(1, defaults.MAX_BATCH), default=1,
-    show_default=True, help="Most messages.",
-)  # fmt: skip
-@click.option("--ack", is_flag=True, help="Ack what was received (consume it).")
-@click.option(
-    "--visibility-timeout", type=click.FloatRange(0, min_open=True), default=None,
-    help="Seconds; default the queue's.",
-)  # fmt: skip
-@click.option(
-    "--order-hint", "-k", type=click.IntRange(1, defaults.MAX_ORDER_HINT), default=None,
-    help="K; default the queue's.",
-)  # fmt: skip
-@click.option(
-    "--wait", type=click.FloatRange(0), default=0.0, help="Seconds to wait for a message."
-)
-@connection_options
-@json_option
-def receive(
-    settings: ConnectionSettings,
-    queue_name: str,
-    max_messages: int,
-    ack: bool,
-    visibility_timeout: float | None,
-    order_hint: int | None,
-    wait: float,
-    as_json: bool,
-) -> None:
-    """Receive messages from QUEUE under a lease (and ack them with --ack)."""
-    with QueueClient(settings=settings) as client:
-        q = client.queue(queue_name)
-        deliveries = q.receive(max_messages, visibility_timeout, order_hint, wait)
-        if ack and deliveries:
-            q.ack_batch([d.receipt for d in deliveries])
-    print_messages(deliveries, as_json, receipts=not ack)
-
-
-@click.command()
-@click.argument("queue_name", metavar="QUEUE")
-@click.option(
-    "-n", "--max", "max_messages", type=click.IntRange(1, defaults.MAX_BATCH), default=10,
-    show_default=True, help="Most messages.",
-)  # fmt: skip
-@connection_options
-@json_option
-def peek(settings: ConnectionSettings, queue_name: str, max_messages: int, as_json: bool) -> None:
-    """Show visible messages of QUEUE without receiving them."""
-    with QueueClient(settings=settings) as client:
-        messages = client.queue(queue_name).peek(max_messages)
-    print_messages(messages, as_json, receipts=False)
-
-
-@click.command()
-@click.argument("queue_name", metavar="QUEUE")
-@click.argument("receipts", nargs=-1, required=True)
-@connection_options
-@json_option
-def ack(
-    settings: ConnectionSettings, queue_name: str, receipts: Sequence[str], as_json: bool
-) -> None:
-    """Ack messages of QUEUE by the RECEIPT(s) that `bdq receive` printed."""
-    with QueueClient(settings=settings) as client:
-        client.queue(queue_name).ack_batch(list(receipts))
-    if as_json:
-        echo_json({"queue": queue_name, "acked": len(receipts)})
-        return
-    click.echo(f"acked {len(receipts)} message(s)")
-
-
-def _send_lines(
-    queue: Queue, lines: Iterable[str], headers: dict[str, str], delay: float, key: str | None
-) -> list[int]:
-    """Send each line as a message through a producer; return the ids in line order."""
-    futures: list[Future[int]] = []
-    with queue.producer() as producer:
-        for number, line in enumerate(lines, start=1):
-            try:
-                futures.append(
-                    producer.send(line.rstrip("\n"), headers=headers, delay=delay, key=key)
-                )
-            except InvalidSetting as e:
-                producer.close()  # what came before is sent, not dropped
-                raise InvalidMessage(
-                    f"line {number} of stdin: {e}; the {number - 1} line(s) before it were sent"
-                ) from e
-    return [f.result() for f in futures]
-
-
-def _parse_headers(pairs: Sequence[str]) -> dict[str, str]:
-    headers = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise InvalidSetting(f"header {pair!r}: must be key=value")
-        headers[key] = value
-    return headers
-
-
-def _id_span(ids: Sequence[int]) -> str:
-    return f"{ids[0]}" if len(ids) == 1 else f"{ids[0]}..{ids[-1]}"

@@ -20,11 +20,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from spark_queue.cli.flags import connection_options
+from spark_queue.cli.flags import Duration, connection_options
 from spark_queue.cli.queue_commands import format_age
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
-from spark_queue.errors import SparkQueueError
+from spark_queue.errors import InvalidSetting, SparkQueueError
 from spark_queue.message import QueueStats
 from spark_queue.ops.prometheus import matches
 
@@ -110,18 +110,31 @@ def _rate(value: float | None) -> str:
     help="Only queues whose name matches this glob (orders-*); repeatable.  [default: all]",
 )  # fmt: skip
 @click.option(
-    "--interval", type=click.FloatRange(0.1), default=1.0, show_default=True,
-    help="Seconds between refreshes.",
+    "--interval", type=Duration(minimum=0.1), default=1.0, show_default=True,
+    help="Time between refreshes: 1, '500ms', '5s'.",
 )  # fmt: skip
 @click.option("--once", is_flag=True, help="Print one frame (rates over one interval) and exit.")
 @connection_options
 def top(settings: ConnectionSettings, patterns: Sequence[str], interval: float, once: bool) -> None:
-    """A live view of the queues: depth, in flight, delayed, oldest age, send and consume rates."""
+    """A live view of the queues: depth, in flight, delayed, oldest age, send and consume rates.
+
+    Exit status 1 when no queue matches --queue (or the keyspace has none).
+    """
     console = Console()
     with QueueClient(settings=settings) as client:
         view = Top(client, patterns)
+        if not view.look():
+            keyspace = settings.keyspace
+            if patterns:
+                given = " ".join(f"--queue {p!r}" for p in patterns)
+                raise InvalidSetting(
+                    f"{given}: no queue of keyspace {keyspace!r} matches; `bdq queue list`"
+                    " shows them"
+                )
+            raise InvalidSetting(
+                f"keyspace {keyspace!r}: has no queue to show; create one with `bdq queue create`"
+            )
         if once:
-            view.look()
             time.sleep(interval)
             console.print(view.table())
             return

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_queue import defaults
+from spark_queue import config, defaults
 from spark_queue.config import ConnectionSettings, check_queue_name
 from spark_queue.errors import InvalidSetting
 
@@ -55,12 +55,10 @@ DEFAULT_MAX_MESSAGES_PER_TRIGGER = 100_000
 #: (Kafka's ``maxTriggerDelay`` default).
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0
 
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*")
 _BYTES = re.compile(r"\s*(\d+)\s*(b|k|kb|m|mb|g|gb)?\s*", re.IGNORECASE)
 _UNIT_BYTES = {None: 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 #: Largest maxBytesPerTrigger (1 TiB): anything larger is a typo, not a batch.
 MAX_BYTES_PER_TRIGGER = 1024**4
-_UNIT_SECONDS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 _NO_OFFSETS = (
@@ -126,14 +124,8 @@ def _check_known(options: Mapping[str, str], own: tuple[str, ...], role: str) ->
 
 
 def parse_duration(option: str, value: str) -> float:
-    """Seconds from '30s', '500ms', '2m', '1h' or a plain number of seconds."""
-    match = _DURATION.fullmatch(str(value))
-    seconds = float(match[1]) * _UNIT_SECONDS[match[2]] if match else 0.0
-    if seconds <= 0:
-        raise InvalidSetting(
-            f"option {option!r} = {value!r}: must be a positive duration such as '30s' or '500ms'"
-        )
-    return seconds
+    """Seconds from a positive duration option, in the syntax of ``config.parse_duration``."""
+    return config.parse_duration(f"option {option!r} =", value)
 
 
 def parse_bytes(option: str, value: str) -> int:
