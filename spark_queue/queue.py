@@ -423,6 +423,15 @@ class Queue:
         """
         return self._receipts.change_visibility(receipt, seconds)
 
+    def reject(self, receipt: str, reason: str | None = None) -> int:
+        """Move a received message to the dead-letter queue now (a share group's REJECT).
+
+        Returns its id there; ``reason`` goes in header ``bdq-reject-reason``. Raises
+        StaleReceipt unless its lease holds, as ``engine/receipts.py`` tells.
+        """
+        hold = self.settings.visibility_timeout
+        return self._receipts.reject(receipt, reason, self._dead_letters, hold)
+
     # -- inspection ------------------------------------------------------------------
 
     def peek(
@@ -460,11 +469,7 @@ class Queue:
         return self._counter.stats(self._bounds.head, self._bounds.tail, exact=exact)
 
     def purge(self) -> int:
-        """Remove every message in the queue now (visible, in flight or delayed).
-
-        Returns:
-            How many messages were removed.
-        """
+        """Remove every message now (visible, in flight or delayed); return how many."""
         now = now_ms()
         rows = [
             (bucket, message_id, expires_at)
@@ -488,11 +493,5 @@ class Queue:
     # -- maintenance -----------------------------------------------------------------
 
     def maintain(self) -> tuple[int, int]:
-        """Seal buckets whose ids were all handed out ``seal_delay`` ago, drop fully acked ones.
-
-        Receives call this about once a second; it is public for tools and tests.
-
-        Returns:
-            ``(sealed_upto, head)`` after the pass.
-        """
+        """Seal and drop buckets (receives do, about once a second); ``(sealed_upto, head)``."""
         return self._maintenance.run()

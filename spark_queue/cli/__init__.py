@@ -14,7 +14,14 @@ from spark_queue.cli.describe_command import describe_command
 from spark_queue.cli.dlq import dlq
 from spark_queue.cli.flags import CommandGroup, group_connection_options
 from spark_queue.cli.keyspace_commands import keyspace
-from spark_queue.cli.message_commands import ack, change_visibility, peek, receive, send
+from spark_queue.cli.message_commands import (
+    ack,
+    change_visibility,
+    peek,
+    receive,
+    reject,
+    send,
+)
 from spark_queue.cli.metrics import metrics
 from spark_queue.cli.profiles import profile_option
 from spark_queue.cli.queue_commands import queue
@@ -53,7 +60,7 @@ main.add_command(cassandra)
 main.add_command(keyspace)
 main.add_command(queue)
 queue.add_command(describe_command)
-for command in (send, receive, peek, ack, change_visibility):
+for command in (send, receive, peek, ack, change_visibility, reject):
     main.add_command(command)
 main.add_command(dlq)
 main.add_command(top)

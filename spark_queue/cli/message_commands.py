@@ -1,4 +1,4 @@
-"""`bdq send`, `receive`, `peek`, `ack` and `change-visibility`: messages as commands."""
+"""`bdq send`, `receive`, `peek`, `ack`, `change-visibility`, `reject`: messages as commands."""
 
 from __future__ import annotations
 
@@ -185,6 +185,34 @@ def change_visibility(
         return
     click.echo(f"visible again in {seconds:g} s; the new receipt:", err=True)
     click.echo(new)
+
+
+@click.command()
+@click.argument("queue_name", metavar="QUEUE")
+@click.argument("receipt")
+@click.option(
+    "--reason", default=None, help="Why (kept in the header bdq-reject-reason, 1000 chars at most)."
+)
+@connection_options
+@json_option
+def reject(
+    settings: ConnectionSettings, queue_name: str, receipt: str, reason: str | None, as_json: bool
+) -> None:
+    """Move a received message of QUEUE to its dead-letter queue now.
+
+    RECEIPT is one `bdq receive` printed; its lease must still hold. The
+    message leaves QUEUE and reaches the dead-letter queue once, with the
+    dead-letter headers and --reason (a share group's REJECT; SQS sends a
+    message there only after maxReceiveCount receives).
+    """
+    with QueueClient(settings=settings) as client:
+        queue = client.queue(queue_name)
+        moved = queue.reject(receipt, reason)
+        target = queue.settings.dead_letter_queue
+    if as_json:
+        echo_json({"queue": queue_name, "dead_letter_queue": target, "id": moved})
+        return
+    click.echo(f"rejected: now message {moved} of dead-letter queue {target!r}")
 
 
 def _send_lines(

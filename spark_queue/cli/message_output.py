@@ -16,7 +16,12 @@ from rich.console import Console
 from rich.table import Table
 
 from spark_queue.cli.flags import echo_json
-from spark_queue.engine.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.engine.dead_letters import (
+    HEADER_DELIVERIES,
+    HEADER_ORIGINAL_ID,
+    HEADER_REJECT_REASON,
+    HEADER_SOURCE,
+)
 from spark_queue.engine.redrive import DEAD_LETTER_HEADERS
 from spark_queue.message import Delivery, Message
 
@@ -28,6 +33,11 @@ def dead_letter_reason(headers: Mapping[str, str]) -> str:
     source = headers.get(HEADER_SOURCE)
     if source is None:
         return "-"
+    if HEADER_REJECT_REASON in headers:
+        return (
+            f"rejected from {source!r}: {headers[HEADER_REJECT_REASON]}"
+            f" (was message {headers.get(HEADER_ORIGINAL_ID, '?')})"
+        )
     return (
         f"delivered {headers.get(HEADER_DELIVERIES, '?')} times from {source!r} without an ack"
         f" (was message {headers.get(HEADER_ORIGINAL_ID, '?')})"

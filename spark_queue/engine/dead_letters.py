@@ -11,6 +11,12 @@ A receive that finds such a message moves it instead of delivering it:
 
 A crash between 2 and 3 leaves a duplicate in the dead-letter queue, never a
 lost message; a failed send leaves it here, to be moved by a later receive.
+
+A consumer may also **reject** a message it received (``Queue.reject``, Kafka
+share groups' REJECT): the same three steps at once, for that one delivery,
+with the reason in a header. The take holds only while the receipt names the
+current delivery, so a stale receipt moves nothing, and a failed send leaves
+the message here under the take's lease, visible again when it ends.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from spark_queue.config import QueueSettings
 from spark_queue.engine import counters
-from spark_queue.errors import SparkQueueError
+from spark_queue.errors import InvalidSetting, SparkQueueError
 from spark_queue.message import new_lease
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.message_values import Candidate, LeaseCheck
@@ -34,6 +40,9 @@ log = logging.getLogger(__name__)
 HEADER_SOURCE = "bdq-dead-letter-source"
 HEADER_DELIVERIES = "bdq-delivery-count"
 HEADER_ORIGINAL_ID = "bdq-original-id"
+HEADER_REJECT_REASON = "bdq-reject-reason"
+#: Longest reason a reject keeps (characters).
+MAX_REASON = 1000
 
 
 class DeadLetterQueue(Protocol):
@@ -85,6 +94,51 @@ class DeadLetters:
         name = self._settings().dead_letter_queue
         if name is None:
             return 0  # update_queue removed the dead-letter queue since limit() was read
+        try:
+            return len(self._move(name, candidates, now, {}))
+        except SparkQueueError:
+            log.exception(
+                "queue %r: could not move %d message(s) to dead-letter queue %r; they stay here",
+                self._name,
+                len(candidates),
+                name,
+            )
+            return 0
+
+    def check_reject(self, reason: str | None) -> str:
+        """The dead-letter queue a reject with ``reason`` goes to; InvalidSetting if none."""
+        if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
+            raise InvalidSetting(
+                f"reason {reason!r:.60}: must be a str of at most {MAX_REASON} characters"
+            )
+        name = self._settings().dead_letter_queue
+        if name is None:
+            raise InvalidSetting(
+                f"queue {self._name!r} has no dead_letter_queue to reject a message to: set one"
+                " with update_queue(..., max_deliveries=N, dead_letter_queue=NAME)"
+            )
+        return name
+
+    def reject(self, candidate: Candidate, reason: str | None, now: int) -> int | None:
+        """Move one received message to the dead-letter queue now, with ``reason``.
+
+        Returns:
+            Its id in the dead-letter queue, or None when the candidate's lease
+            is no longer current (a stale receipt: nothing moved).
+
+        Raises:
+            InvalidSetting: The queue has no dead-letter queue, or a bad reason.
+            SparkQueueError: The send failed: the message stays here, leased.
+        """
+        name = self.check_reject(reason)
+        extra = {} if reason is None else {HEADER_REJECT_REASON: reason}
+        moved = self._move(name, [candidate], now, extra)
+        return moved[0] if moved else None
+
+    def _move(
+        self, name: str, candidates: Sequence[Candidate], now: int, extra: dict[str, str]
+    ) -> list[int]:
+        """Take, send to ``name`` and ack the candidates; return their new ids (raises)."""
         taken = self._buckets.take(
             [LeaseCheck(c.bucket, c.id, c.lease, c.expires_at) for c in candidates],
             new_lease(),
@@ -92,31 +146,24 @@ class DeadLetters:
             now,
         )
         if not taken:
-            return 0
+            return []
         stored = self._buckets.read_many([(t.bucket, t.id) for t in taken])
         messages = [stored[(t.bucket, t.id)] for t in taken if (t.bucket, t.id) in stored]
-        try:
-            dead_letters = self._open_queue(name)
-            dead_letters.send_batch(
-                [m.payload for m in messages],
-                headers=[
-                    {
-                        **m.headers,
-                        HEADER_SOURCE: self._name,
-                        HEADER_DELIVERIES: str(m.delivery_count),
-                        HEADER_ORIGINAL_ID: str(m.id),
-                    }
-                    for m in messages
-                ],
-            )
-        except SparkQueueError:
-            log.exception(
-                "queue %r: could not move %d message(s) to dead-letter queue %r; they stay here",
-                self._name,
-                len(messages),
-                name,
-            )
-            return 0
+        if not messages:
+            return []
+        ids = self._open_queue(name).send_batch(
+            [m.payload for m in messages],
+            headers=[
+                {
+                    **m.headers,
+                    HEADER_SOURCE: self._name,
+                    HEADER_DELIVERIES: str(m.delivery_count),
+                    HEADER_ORIGINAL_ID: str(m.id),
+                    **extra,
+                }
+                for m in messages
+            ],
+        )
         self._buckets.ack(taken, now)
         counters.DEAD_LETTERED.labels(queue=self._name).inc(len(messages))
-        return len(messages)
+        return ids

@@ -1,4 +1,4 @@
-"""What a receipt can do after a receive: ack its message, or make it visible again.
+"""What a receipt can do after a receive: ack its message, make it visible again, reject it.
 
 A receipt names one delivery (``message.Receipt``). An ack takes one of three
 paths per receipt: a plain write and no read for a lease this handle wrote
@@ -16,12 +16,13 @@ from collections.abc import Sequence
 from spark_queue.config import check_seconds
 from spark_queue.defaults import ACK_PLAIN_MARGIN
 from spark_queue.engine.counters import QueueCounters
+from spark_queue.engine.dead_letters import DeadLetters
 from spark_queue.engine.receiving import Receiver
 from spark_queue.errors import InvalidMessage, StaleReceipt
 from spark_queue.message import Receipt, new_lease
 from spark_queue.store import acks
 from spark_queue.store.buckets import Buckets
-from spark_queue.store.message_values import LeaseCheck, now_ms
+from spark_queue.store.message_values import Candidate, LeaseCheck, now_ms
 
 
 class ReceiptActions:
@@ -101,3 +102,29 @@ class ReceiptActions:
         self._receiving.claims.drop([(r.bucket, r.id)])
         self._receiving.own_leases.forget([(r.bucket, r.id)])
         return Receipt(self._queue_id, r.bucket, r.id, lease, r.expires_at_ms).encode()
+
+    def reject(
+        self, receipt: str, reason: str | None, dead_letters: DeadLetters, hold: float
+    ) -> int:
+        """Move the receipt's message to the dead-letter queue now; return its id there.
+
+        The receipt's lease is first moved to a new one for ``hold`` seconds, as a
+        visibility change: only while it holds (a stale receipt, or one whose
+        lease ran out, raises StaleReceipt and moves nothing), and no other
+        receipt can act on the message meanwhile. The move then takes, sends
+        and acks it under that lease (``dead_letters.py``): at most one copy
+        reaches the dead-letter queue unless the process dies between the send
+        and the ack. A failed send leaves the message here, visible again once
+        ``hold`` ends.
+        """
+        dead_letters.check_reject(reason)  # bad input changes nothing, not even the lease
+        taken = Receipt.decode(self.change_visibility(receipt, hold))
+        candidate = Candidate(taken.id, taken.bucket, taken.expires_at_ms, 0, taken.lease)
+        moved = dead_letters.reject(candidate, reason, now_ms())
+        if moved is None:  # only a handle holding the new receipt could have acted meanwhile
+            raise StaleReceipt(
+                f"receipt for message {taken.id} of queue {self._name!r}: changed while it was"
+                " being rejected; nothing was moved"
+            )
+        self._counts.acked.inc()
+        return moved
