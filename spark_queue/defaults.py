@@ -22,6 +22,9 @@ MESSAGE_TTL = 7 * 86400
 MAX_MESSAGE_BYTES = 256 * 1024
 #: Seconds a bucket stays open for delayed writes after its last id was handed out.
 SEAL_DELAY = 5.0
+#: Seconds a send repeats a write that failed transiently (a timeout, a dropped
+#: connection) with the same ids and write timestamp before it raises (store/retries.py).
+SEND_RETRY = 30.0
 #: Lanes of a queue: units of order, each received by one consumer at a time (lanes.py).
 LANES = 8
 

@@ -17,11 +17,12 @@ empties the buffer:
   acknowledged the write at the configured consistency, and, for a write that
   completed more than the queue's ``seal_delay`` after its ids were reserved,
   once the sender's delayed-write repair checked the seal (and sent the
-  message again under a new id if its bucket was sealed meanwhile). A failed
-  write fails each of its futures with a ``SparkQueueError``
-  (``BackendUnavailable`` and so on); nothing is dropped silently. A write
-  that failed may still have landed: sending again may duplicate
-  (at-least-once), as with ``send_batch``.
+  message again under a new id if its bucket was sealed meanwhile). A write
+  that failed transiently (a timeout, a dropped connection) is repeated as it
+  is, same ids and write time, for ``SEND_RETRY`` seconds: written once
+  (``store/retries.py``). A write that still fails fails each of its futures
+  with a ``SparkQueueError`` (``BackendUnavailable`` and so on); nothing is
+  dropped silently. It may still have landed: sending again may duplicate.
 * **Bounded.** Accepted messages count against ``max_bytes_in_flight`` until
   their future resolves; ``send`` blocks while the bound is reached and raises
   ``BackendUnavailable`` after ``max_block`` seconds instead of growing memory
@@ -52,6 +53,7 @@ from spark_queue.defaults import (
     DEFAULT_MAX_BYTES_IN_FLIGHT,
     DEFAULT_MAX_REQUESTS,
     IDLE_EXIT,
+    SEND_RETRY,
 )
 from spark_queue.engine.counters import QueueCounters
 from spark_queue.engine.producer_buffer import Accepted, Batch, BucketWrite, Landed
@@ -59,6 +61,7 @@ from spark_queue.errors import BackendUnavailable, SparkQueueError
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.message_values import now_ms
 from spark_queue.store.message_writes import BATCH_BYTES, BATCH_ROWS
+from spark_queue.store.retries import now_us, pause_before, transient
 from spark_queue.store.session import translated
 
 if TYPE_CHECKING:
@@ -385,19 +388,31 @@ class Producer:
             return
         with self._lock:
             self._requests += len(writes) - 1  # one was reserved when the batch was taken
-        buckets = self._buckets
         for w in writes:
             try:
                 outgoing = [item.outgoing for item in w.items]
                 messages = self._sender.new_messages(outgoing, w.ids, enqueued_at)
-                statement, params = buckets.insert_statement(messages, enqueued_at)
-                future = buckets.store.execute_async(statement, params, what=what)
+                # One write time for every attempt: a repeat changes nothing (store/retries.py).
+                w.statement, w.params = self._buckets.insert_statement(
+                    messages, enqueued_at, now_us()
+                )
             except Exception as e:
                 self._on_landed(e, w)
                 continue
-            future.add_callbacks(
-                self._on_written, self._on_landed, callback_args=(w,), errback_args=(w,)
-            )
+            w.first_try = time.monotonic()
+            self._issue(w)
+
+    def _issue(self, w: BucketWrite) -> None:
+        """Start (or repeat) a bucket write; its outcome lands through the driver's callbacks."""
+        w.attempts, what = w.attempts + 1, f"sending {len(w.items)} message(s) to {self.name!r}"
+        try:
+            future = self._buckets.store.execute_async(w.statement, w.params, what=what)
+        except Exception as e:
+            self._on_landed(e, w)
+            return
+        future.add_callbacks(
+            self._on_written, self._on_landed, callback_args=(w,), errback_args=(w,)
+        )
 
     def _split(
         self,
@@ -445,6 +460,10 @@ class Producer:
                 failure = translated(
                     error, f"sending {len(w.items)} message(s) to queue {self.name!r}"
                 )
+                pause = pause_before(w.attempts)
+                if transient(failure) and time.monotonic() + pause - w.first_try < SEND_RETRY:
+                    threading.Timer(pause, self._issue, args=(w,)).start()  # still in flight
+                    continue
             else:
                 try:  # the sender's delayed-write repair: may send again under new ids
                     outgoing = [item.outgoing for item in w.items]

@@ -79,7 +79,7 @@ def test_the_core_leaves_out_spark_and_cryptography() -> None:
     core = {canonicalize_name(r.name) for r in _requirements(PROJECT["dependencies"])}
 
     assert core.isdisjoint(canonicalize_name(m) for m in OPTIONAL)
-    assert core == {"cassandra-driver", "click", "rich", "prometheus-client"}
+    assert core == {"cassandra-driver", "click", "rich", "prometheus-client", "tenacity"}
 
 
 def test_dev_installs_every_extra() -> None:
@@ -335,7 +335,9 @@ def test_send_and_receive_with_the_wheel(installed: Installed, wheel_env: dict[s
         )
         left = _checked(installed.run("bdq", "peek", queue, "--json", env=wheel_env))
     finally:
-        _checked(installed.run("bdq", "queue", "delete", queue, "--missing-ok", env=wheel_env))
+        _checked(
+            installed.run("bdq", "queue", "delete", queue, "--missing-ok", "--yes", env=wheel_env)
+        )
 
     assert [m["payload"] for m in json.loads(received.stdout)] == ["from the wheel"]
     assert json.loads(left.stdout) == []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spark_queue.engine.sending import Outgoing
@@ -43,6 +43,10 @@ class BucketWrite:
     items: list[Accepted]
     ids: list[tuple[int, float]]  # (id, monotonic time its block was requested)
     enqueued_at: int  # ms; a repair sends again with the same enqueue time
+    statement: Any = None  # the write, repeated as it is after a transient failure
+    params: Any = ()
+    attempts: int = 0
+    first_try: float = 0.0  # monotonic
 
 
 Landed = tuple[BucketWrite, BaseException | None]  # a write Cassandra answered, and its error

@@ -8,6 +8,10 @@
   ``visible_at`` = now + delay.
 * **Lanes.** Each message gets its lane (``lanes.py``): from its key when
   one is given, else none (``KEYLESS``: any consumer may receive it, ``shares.py``).
+* **Idempotent.** A write that failed transiently (a timeout, a dropped
+  connection) is repeated with the same ids and write timestamp for
+  ``SEND_RETRY`` seconds (``store/retries.py``): a send retried that way is
+  written once, as with Kafka's idempotent producer.
 * **Repair.** A send that completes more than ``seal_delay`` after its ids
   were reserved reads the seal pointer; if its bucket was sealed in the
   meantime, it sends the message again under a new id. Because the sealer
@@ -36,6 +40,7 @@ from spark_queue.errors import InvalidMessage, MessageTooLarge
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.ids import IdBlocks
 from spark_queue.store.message_values import NewMessage, now_ms
+from spark_queue.store.retries import now_us, repeated
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
@@ -207,9 +212,12 @@ class Sender:
         if ids is None:
             ids = self.reserve(len(outgoing))
         now = now_ms() if now is None else now
-        self._buckets.insert(
-            self.new_messages(outgoing, ids, now, pending=pending), now_ms(), timestamp=timestamp
-        )
+        messages = self.new_messages(outgoing, ids, now, pending=pending)
+        if timestamp is not None:  # send-once: its own protocol retries (staging.py)
+            self._buckets.insert(messages, now_ms(), timestamp=timestamp)
+        else:  # idempotent: repeated with the same ids and write time (store/retries.py)
+            stamp = now_us()
+            repeated(lambda: self._buckets.insert(messages, now_ms(), timestamp=stamp))
         return self.landed(outgoing, ids, pending=pending, now=now, timestamp=timestamp)
 
     def check_one(

@@ -115,13 +115,17 @@ class MessageWrites:
         cql = INSERT if timestamp is None else INSERT_AT
         self._write_batches(cql, by_bucket, payload_index=3, what="sending messages")
 
-    def insert_statement(self, messages: Sequence[NewMessage], now: int) -> tuple[Any, Params]:
-        """One single-partition write of ``messages``, for a caller that runs it itself.
+    def insert_statement(
+        self, messages: Sequence[NewMessage], now: int, timestamp: int
+    ) -> tuple[Any, Params]:
+        """One single-partition write of ``messages`` at ``timestamp`` (µs), for its caller to run.
 
         The messages must all be of one bucket, at most ``BATCH_ROWS`` of them
-        and about ``BATCH_BYTES`` of payload (the producer's asynchronous path).
+        and about ``BATCH_BYTES`` of payload (the producer's asynchronous path,
+        which repeats it as it is after a transient failure: ``store/retries.py``).
         """
-        return self._statement(INSERT, [self._insert_row(m, now) for m in messages])
+        rows: list[Sequence[Any]] = [(*self._insert_row(m, now), timestamp) for m in messages]
+        return self._statement(INSERT_AT, rows)
 
     def _insert_row(self, m: NewMessage, now: int) -> Params:
         return (
