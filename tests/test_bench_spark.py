@@ -250,3 +250,20 @@ def test_cli_lists_every_parameter() -> None:
         "--json",
     ):
         assert flag in result.output
+
+
+def test_payloads_are_made_in_the_executors_in_make_payloads_format() -> None:
+    import pyarrow as pa
+
+    from spark_queue.bench.consistency import parse_payload
+    from spark_queue.bench.spark_bench import payload_batches
+
+    ids = [pa.RecordBatch.from_arrays([pa.array(range(5, 9), pa.int64())], ["id"])]
+    first = list(payload_batches(iter(ids), size=64, seed=7))
+    again = list(payload_batches(iter(ids), size=64, seed=7))
+    other = list(payload_batches(iter(ids), size=64, seed=8))
+
+    payloads = first[0].column("payload").to_pylist()
+    assert [len(p) for p in payloads] == [64] * 4
+    assert [parse_payload(p) for p in payloads] == [(0, 5), (0, 6), (0, 7), (0, 8)]
+    assert first[0].equals(again[0]) and not first[0].equals(other[0])  # seeded, repeatable

@@ -2,8 +2,9 @@
 
 One run, on one SparkSession (``local[2]`` by default), measures four things:
 
-1. **Sink rate.** ``M`` rows of ``L``-byte binary payloads, cached in Spark
-   beforehand so that making them is not timed, written with
+1. **Sink rate.** ``M`` rows of ``L``-byte binary payloads, made in the
+   executors and cached in Spark beforehand so that making them is not
+   timed (the driver never holds them: ``M`` = 500,000 fits), written with
    ``df.write.format("bdq")`` to a fresh queue: messages per second of the
    write action. The queue must then hold ``M`` messages.
 2. **Source rate.** That queue drained by ``spark.readStream.format("bdq")``
@@ -27,8 +28,8 @@ source, its stream reader and its stream writer (their lookup, the Python
 workers, the streaming runner) costs seconds that a long-running job pays once,
 and no rate should carry. Its times are reported.
 
-The **raw baseline** (``baseline.RawInsertBaseline``: the same payloads as plain
-prepared INSERTs on the same node) is measured before and after the Spark
+The **raw baseline** (``baseline.RawInsertBaseline``: payloads of the same size
+and format as plain prepared INSERTs on the same node) is measured before and after the Spark
 phases; each rate is also given as a ratio to the mean of the two, against the
 connector's targets. Every queue, table and checkpoint of the run is removed at the end.
 
@@ -40,6 +41,7 @@ The parameters are in ``spark_bench_params``, the phases in
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import sys
@@ -72,6 +74,7 @@ from spark_queue.spark.options import connector_options
 from spark_queue.store.session import Store
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 
@@ -142,6 +145,10 @@ def run_spark_bench(
 # -- the run ---------------------------------------------------------------------------
 
 
+#: The heap of the driver (and so of local mode's executors) of the bench's own session.
+DRIVER_MEMORY = "2g"
+
+
 def _quiet(line: str) -> None:
     """Progress sink that drops every line."""
 
@@ -160,8 +167,13 @@ def _spark_session(master: str) -> Iterator[SparkSession]:
     previous = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     try:
+        builder = SparkSession.builder
+        if "driver-memory" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+            # The heap the Kafka harness gives both drivers (run_all.sh): the cached
+            # payloads, and in local mode the executors' work, live in it.
+            builder = builder.config("spark.driver.memory", DRIVER_MEMORY)
         session = (
-            SparkSession.builder.master(master)
+            builder.master(master)
             .appName("bdq-bench-spark")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "2")
@@ -209,9 +221,7 @@ def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None
 def _run(
     spark: SparkSession, store: Store, params: SparkBenchParams, progress: Progress
 ) -> SparkBenchResult:
-    progress("making payloads")
     rng = random.Random(params.seed)
-    payloads = [make_payload(seq, 0, params.payload_bytes, rng) for seq in range(params.messages)]
     run_id = uuid.uuid4().hex[:10]
     client = QueueClient(store=store)
     queues: list[str] = []
@@ -223,7 +233,9 @@ def _run(
         )
         baseline = None
         if params.baseline:
-            progress("raw baseline: creating its table")
+            progress("raw baseline: making payloads and creating its table")
+            size = params.payload_bytes
+            payloads = [make_payload(n, 0, size, rng) for n in range(params.messages)]
             baseline = stack.enter_context(
                 RawInsertBaseline(
                     store,
@@ -235,7 +247,7 @@ def _run(
             )
             progress(f"raw baseline: {params.messages} inserts")
             baseline.measure()
-        rows = _payload_frame(run, payloads)
+        rows = _payload_frame(run)
         try:
             # Small buckets: the warm-up's stream runs several tasks at once, so every
             # Python worker the timed phases use is started (each pays ~3 s of imports).
@@ -294,13 +306,40 @@ def _delete_queues(client: QueueClient, names: Sequence[str], progress: Progress
             progress(f"could not delete benchmark queue {name!r}; delete it by hand")
 
 
-def _payload_frame(run: BenchRun, payloads: Sequence[bytes]) -> DataFrame:
-    """The payloads as a cached one-column DataFrame, materialised before any timing."""
-    run.progress(f"caching {len(payloads)} payloads in Spark")
+def _payload_frame(run: BenchRun) -> DataFrame:
+    """The payloads as a cached one-column DataFrame, materialised before any timing.
+
+    Made in the executors (``spark.range`` then ``mapInArrow``), never shipped
+    from the driver: ``createDataFrame`` of 100,000 payloads of 2 KiB ran the
+    driver's default 1 GiB heap out of memory. They follow ``make_payload``'s
+    format with filler seeded per partition (the run's seed and the partition).
+    """
+    from pyspark import StorageLevel
+
+    params = run.params
+    run.progress(f"making and caching {params.messages} payloads in Spark")
     frame = (
-        run.spark.createDataFrame([(p,) for p in payloads], "payload binary")
-        .repartition(run.params.partitions)
-        .cache()
+        run.spark.range(0, params.messages, numPartitions=params.partitions)
+        .mapInArrow(
+            functools.partial(payload_batches, size=params.payload_bytes, seed=params.seed),
+            "payload binary",
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
     frame.count()
     return frame
+
+
+def payload_batches(
+    batches: Iterator[pa.RecordBatch], *, size: int, seed: int
+) -> Iterator[pa.RecordBatch]:
+    """``make_payload`` rows for the ids of ``spark.range`` batches (runs in a Python worker)."""
+    import pyarrow as pa
+
+    rng: random.Random | None = None
+    for batch in batches:
+        ids = batch.column(0).to_pylist()
+        if rng is None:  # one stream per partition, from its first id
+            rng = random.Random(seed * 1_000_003 + (ids[0] if ids else 0))
+        payloads = [make_payload(i, 0, size, rng) for i in ids]
+        yield pa.RecordBatch.from_arrays([pa.array(payloads, pa.binary())], ["payload"])
