@@ -103,7 +103,7 @@ class Producer:
         max_block: float = DEFAULT_MAX_BLOCK,
     ) -> None:
         self.name = name
-        self._counts = QueueCounters.of(name)  # this process's Prometheus counters
+        self._counts = QueueCounters.of(buckets.store.keyspace, name)  # this process's counters
         self._sender = sender
         self._buckets = buckets
         self.linger = check_seconds("linger", linger, allow_zero=True)

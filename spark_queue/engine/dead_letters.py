@@ -118,5 +118,6 @@ class DeadLetters:
             )
             return 0
         self._buckets.ack(taken, now)
-        counters.DEAD_LETTERED.labels(queue=self._name).inc(len(messages))
+        keyspace = self._buckets.store.keyspace
+        counters.DEAD_LETTERED.labels(keyspace=keyspace, queue=self._name).inc(len(messages))
         return len(messages)

@@ -1,48 +1,89 @@
-"""Prometheus: the queues' gauges, counted at scrape time, and the HTTP endpoint.
+"""Prometheus: the queues' series, read from the store at scrape time, and the HTTP endpoint.
 
-Gauges (``QueueCollector``, which ``bdq metrics serve`` registers): per queue,
-on each scrape, from the cheap counts of ``spark_queue.engine.counting`` (a bounded
-cost per queue, however long the backlog): ``bdq_visible_messages``,
+Needs the ``metrics`` extra (prometheus-client): importing this module without it
+raises ``MissingExtra``. Every series is labelled ``keyspace`` and ``queue``.
+
+``QueueCollector`` (which ``bdq metrics serve`` registers) reads, per queue and on
+each scrape, gauges from the cheap counts of ``spark_queue.engine.counting`` (a
+bounded cost per queue, however long the backlog): ``bdq_visible_messages``,
 ``bdq_in_flight_messages``, ``bdq_delayed_messages``,
-``bdq_oldest_message_age_seconds``, ``bdq_live_buckets``, ``bdq_counts_age_seconds``
-and, for a queue with a dead-letter queue, ``bdq_dead_letters`` (the visible
-messages of its dead-letter queue).
+``bdq_oldest_message_age_seconds``, ``bdq_live_buckets``,
+``bdq_counts_age_seconds`` and, for a queue with a dead-letter queue,
+``bdq_dead_letters`` (the visible messages of its dead-letter queue).
 
-A worker process exposes its own counters (``spark_queue.engine.counters``)
-with ``serve(port)``.
+``ProcessCounters`` exports this process's own counters (``spark_queue.engine.counters``:
+``bdq_sent_total``, ``bdq_received_total``, ...); ``REGISTRY`` holds it, and
+``serve(port)`` serves ``REGISTRY`` (a worker's counters, and the gauges once a
+``QueueCollector`` is registered there).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from spark_queue.errors import MissingExtra, SparkQueueError
 
-from spark_queue.engine.counters import REGISTRY
-from spark_queue.errors import SparkQueueError
+try:
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
+except ImportError as e:
+    raise MissingExtra(
+        "the Prometheus exporter (spark_queue.ops.prometheus)", "metrics", e.name
+    ) from e
+
+from spark_queue.engine import counters
+from spark_queue.ops.patterns import matches
 
 if TYPE_CHECKING:
     from spark_queue.client import QueueClient
     from spark_queue.message import QueueStats
 
-__all__ = ["REGISTRY", "QueueCollector", "matches", "serve"]
+__all__ = ["REGISTRY", "ProcessCounters", "QueueCollector", "matches", "serve"]
 
 log = logging.getLogger(__name__)
 
+LABELS = ["keyspace", "queue"]
 
-def matches(name: str, patterns: Iterable[str] | None) -> bool:
-    """True when ``name`` matches one of the glob ``patterns`` (``orders-*``), or there are none."""
-    patterns = list(patterns or ())
-    return not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+#: ``(name, help, QueueStats attribute)`` of the gauges taken from the counts.
+GAUGES = (
+    ("bdq_visible_messages", "Messages a receive could return now.", "visible"),
+    ("bdq_in_flight_messages", "Messages received and not acked yet.", "in_flight"),
+    ("bdq_delayed_messages", "Messages whose send delay has not passed.", "delayed"),
+    ("bdq_live_buckets", "Buckets not dropped yet.", "buckets"),
+    ("bdq_counts_age_seconds", "Age of the oldest bucket count used.", "counts_age"),
+)
+
+
+class ProcessCounters(Collector):
+    """This process's counters (``spark_queue.engine.counters``) as Prometheus counters."""
+
+    def collect(self) -> Iterator[Metric]:
+        for family in counters.FAMILIES:
+            metric = CounterMetricFamily(family.name, family.documentation, labels=LABELS)
+            for labels, value in family.samples():
+                metric.add_metric(list(labels), value)
+            yield metric
+
+
+#: The registry of spark-queue's metrics in this process (its counters; ``bdq metrics
+#: serve`` adds a ``QueueCollector``).
+REGISTRY = CollectorRegistry(auto_describe=True)
+REGISTRY.register(ProcessCounters())
+
+
+@dataclass(frozen=True, slots=True)
+class Look:
+    """One scrape's look at a queue: its counts."""
+
+    stats: QueueStats
 
 
 class QueueCollector(Collector):
-    """Gauges of every queue of a keyspace (or those matching a glob), counted at scrape time.
+    """Series of every queue of a keyspace (or those matching a glob), read at scrape time.
 
     Args:
         client: The client whose keyspace is watched.
@@ -55,10 +96,10 @@ class QueueCollector(Collector):
 
     def describe(self) -> list[Metric]:
         # No scrape at registration: describe the families without values.
-        return list(self._families())
+        return list(self._families(""))
 
     def collect(self) -> Iterator[Metric]:
-        counted: dict[str, QueueStats] = {}
+        looks: dict[str, Look] = {}
         dead_letter_queues: dict[str, str] = {}
         try:
             names = [n for n in self.client.list_queues() if matches(n, self.patterns)]
@@ -68,55 +109,51 @@ class QueueCollector(Collector):
         for name in names:
             try:
                 queue = self.client.queue(name)
-                counted[name] = queue.stats()
+                looks[name] = Look(queue.stats())
                 if queue.settings.dead_letter_queue is not None:
                     dead_letter_queues[name] = queue.settings.dead_letter_queue
             except SparkQueueError:  # deleted meanwhile, or Cassandra hiccuped: skip this scrape
                 log.warning("metrics: could not count queue %r", name, exc_info=True)
-        for dead in set(dead_letter_queues.values()) - set(counted):
+        dead_letters: dict[str, float] = {}
+        for name, dead in dead_letter_queues.items():
             try:
-                counted[dead] = self.client.queue(dead).stats()
+                found = looks.get(dead)
+                stats = found.stats if found is not None else self.client.queue(dead).stats()
+                dead_letters[name] = float(stats.visible)
             except SparkQueueError:
                 log.warning("metrics: could not count dead-letter queue %r", dead, exc_info=True)
         yield from self._families(
-            {n: s for n, s in counted.items() if n in names}, dead_letter_queues, counted
+            self.client.settings.keyspace, looks, dead_letter_queues, dead_letters
         )
 
     def _families(
         self,
-        stats: dict[str, QueueStats] | None = None,
+        keyspace: str,
+        looks: dict[str, Look] | None = None,
         dead_letter_queues: dict[str, str] | None = None,
-        counted: dict[str, QueueStats] | None = None,
+        dead_letters: dict[str, float] | None = None,
     ) -> Iterator[Metric]:
-        stats = stats or {}
-        gauges = (
-            ("bdq_visible_messages", "Messages a receive could return now.", "visible"),
-            ("bdq_in_flight_messages", "Messages received and not acked yet.", "in_flight"),
-            ("bdq_delayed_messages", "Messages whose send delay has not passed.", "delayed"),
-            ("bdq_live_buckets", "Buckets not dropped yet.", "buckets"),
-            ("bdq_counts_age_seconds", "Age of the oldest bucket count used.", "counts_age"),
-        )
-        for metric, doc, attribute in gauges:
-            family = GaugeMetricFamily(metric, doc, labels=["queue"])
-            for name, s in stats.items():
-                family.add_metric([name], float(getattr(s, attribute)))
+        looks = looks or {}
+        for metric, doc, attribute in GAUGES:
+            family = GaugeMetricFamily(metric, doc, labels=LABELS)
+            for name, look in looks.items():
+                family.add_metric([keyspace, name], float(getattr(look.stats, attribute)))
             yield family
         age = GaugeMetricFamily(
             "bdq_oldest_message_age_seconds",
             "Seconds since the oldest visible message was sent (0 when none is visible).",
-            labels=["queue"],
+            labels=LABELS,
         )
-        for name, s in stats.items():
-            age.add_metric([name], s.oldest_age or 0.0)
+        for name, look in looks.items():
+            age.add_metric([keyspace, name], look.stats.oldest_age or 0.0)
         yield age
         dead = GaugeMetricFamily(
             "bdq_dead_letters",
             "Visible messages in the queue's dead-letter queue.",
-            labels=["queue", "dead_letter_queue"],
+            labels=[*LABELS, "dead_letter_queue"],
         )
-        for name, dlq in (dead_letter_queues or {}).items():
-            if counted and dlq in counted and name in stats:
-                dead.add_metric([name, dlq], float(counted[dlq].visible))
+        for name, value in (dead_letters or {}).items():
+            dead.add_metric([keyspace, name, (dead_letter_queues or {})[name]], value)
         yield dead
 
 
