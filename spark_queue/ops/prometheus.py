@@ -4,12 +4,21 @@ Needs the ``metrics`` extra (prometheus-client): importing this module without i
 raises ``MissingExtra``. Every series is labelled ``keyspace`` and ``queue``.
 
 ``QueueCollector`` (which ``bdq metrics serve`` registers) reads, per queue and on
-each scrape, gauges from the cheap counts of ``spark_queue.engine.counting`` (a
-bounded cost per queue, however long the backlog): ``bdq_visible_messages``,
-``bdq_in_flight_messages``, ``bdq_delayed_messages``,
-``bdq_oldest_message_age_seconds``, ``bdq_live_buckets``,
-``bdq_counts_age_seconds`` and, for a queue with a dead-letter queue,
-``bdq_dead_letters`` (the visible messages of its dead-letter queue).
+each scrape, what the store knows for the whole cluster, whoever sends or receives:
+
+- gauges from the cheap counts of ``spark_queue.engine.counting`` (a bounded
+  cost per queue, however long the backlog): ``bdq_visible_messages``,
+  ``bdq_in_flight_messages``, ``bdq_delayed_messages``,
+  ``bdq_oldest_message_age_seconds``, ``bdq_live_buckets``,
+  ``bdq_counts_age_seconds`` and, for a queue with a dead-letter queue,
+  ``bdq_dead_letters`` (the visible messages of its dead-letter queue);
+- counters from the queue's id sequence: ``bdq_queue_sent_total``, the ids
+  handed out to senders (the sequence's next id, which only grows), and
+  ``bdq_queue_consumed_total``, those of them no longer in the queue (acked,
+  dead-lettered, expired, purged). The store keeps no count of acks, so this
+  is ids handed out minus the counted backlog, held from going down between
+  scrapes. Both restart from 0 when a queue is deleted and created again,
+  which ``rate()`` reads as a counter reset.
 
 ``ProcessCounters`` exports this process's own counters (``spark_queue.engine.counters``:
 ``bdq_sent_total``, ``bdq_received_total``, ...); ``REGISTRY`` holds it, and
@@ -20,6 +29,8 @@ bounded cost per queue, however long the backlog): ``bdq_visible_messages``,
 from __future__ import annotations
 
 import logging
+import threading
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -77,9 +88,11 @@ REGISTRY.register(ProcessCounters())
 
 @dataclass(frozen=True, slots=True)
 class Look:
-    """One scrape's look at a queue: its counts."""
+    """One scrape's look at a queue: its counts and how far its id sequence got."""
 
     stats: QueueStats
+    tail: int
+    queue_id: uuid.UUID
 
 
 class QueueCollector(Collector):
@@ -93,6 +106,10 @@ class QueueCollector(Collector):
     def __init__(self, client: QueueClient, patterns: Iterable[str] | None = None) -> None:
         self.client = client
         self.patterns = list(patterns or ())
+        self._lock = threading.Lock()
+        # The highest consumed count exported per queue incarnation: the counts are
+        # approximate, and a counter must not go down between two scrapes.
+        self._consumed: dict[tuple[str, uuid.UUID], int] = {}
 
     def describe(self) -> list[Metric]:
         # No scrape at registration: describe the families without values.
@@ -109,7 +126,7 @@ class QueueCollector(Collector):
         for name in names:
             try:
                 queue = self.client.queue(name)
-                looks[name] = Look(queue.stats())
+                looks[name] = Look(queue.stats(), queue.tail, queue.queue_id)
                 if queue.settings.dead_letter_queue is not None:
                     dead_letter_queues[name] = queue.settings.dead_letter_queue
             except SparkQueueError:  # deleted meanwhile, or Cassandra hiccuped: skip this scrape
@@ -125,6 +142,15 @@ class QueueCollector(Collector):
         yield from self._families(
             self.client.settings.keyspace, looks, dead_letter_queues, dead_letters
         )
+
+    def consumed(self, name: str, look: Look) -> int:
+        """Ids handed out that are no longer in the queue, never less than at the last scrape."""
+        key = (name, look.queue_id)
+        now = max(0, look.tail - look.stats.total)
+        with self._lock:
+            now = max(now, self._consumed.get(key, 0))
+            self._consumed[key] = now
+        return now
 
     def _families(
         self,
@@ -155,6 +181,23 @@ class QueueCollector(Collector):
         for name, value in (dead_letters or {}).items():
             dead.add_metric([keyspace, name, (dead_letter_queues or {})[name]], value)
         yield dead
+        sent = CounterMetricFamily(
+            "bdq_queue_sent",
+            "Ids the queue's sequence handed out to senders, by every process (each message"
+            " sent takes one; unused ids of a writer's old block count too).",
+            labels=LABELS,
+        )
+        consumed = CounterMetricFamily(
+            "bdq_queue_consumed",
+            "Ids handed out that are no longer in the queue (acked, dead-lettered, expired,"
+            " purged, or never used), by every process: sent minus the counted backlog.",
+            labels=LABELS,
+        )
+        for name, look in looks.items():
+            sent.add_metric([keyspace, name], float(look.tail))
+            consumed.add_metric([keyspace, name], float(self.consumed(name, look)))
+        yield sent
+        yield consumed
 
 
 def serve(port: int, addr: str = "127.0.0.1") -> Any:
