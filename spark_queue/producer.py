@@ -57,9 +57,9 @@ from spark_queue.engine.counters import QueueCounters
 from spark_queue.engine.producer_buffer import Accepted, Batch, BucketWrite, Landed
 from spark_queue.errors import BackendUnavailable, SparkQueueError
 from spark_queue.store.buckets import Buckets
+from spark_queue.store.driver_errors import translated
 from spark_queue.store.message_values import now_ms
 from spark_queue.store.message_writes import BATCH_BYTES, BATCH_ROWS
-from spark_queue.store.session import translated
 
 if TYPE_CHECKING:
     from spark_queue.engine.sending import Payload, Sender
