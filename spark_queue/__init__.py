@@ -27,6 +27,7 @@ from spark_queue.errors import (
     LocalNodeError,
     MessageTooLarge,
     MissingExtra,
+    PermissionDenied,
     QueueExists,
     QueueNotFound,
     SparkQueueError,
@@ -37,7 +38,7 @@ from spark_queue.producer import Producer
 from spark_queue.queue import Queue
 
 #: The one place the version is written: pyproject.toml reads it (a dynamic version),
-#: and ``bdq --version`` reads the installed metadata made from it.
+#: and ``bdq --version`` prints it, installed or run from a checkout.
 __version__ = "0.1.0"
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "Message",
     "MessageTooLarge",
     "MissingExtra",
+    "PermissionDenied",
     "Producer",
     "Queue",
     "QueueClient",

@@ -13,6 +13,7 @@ The tree::
     │                         replication)
     ├── StaleReceipt          ack / change_visibility with a receipt of an older delivery
     ├── BackendUnavailable    Cassandra could not be reached or did not answer in time
+    ├── PermissionDenied      Cassandra refused a statement: the role lacks a permission
     ├── LocalNodeError        the local Cassandra node could not be started or stopped
     ├── DataLoss              a replayed Spark micro-batch found messages it had leased gone
     └── MissingExtra          a part of spark-queue needs an extra that is not installed
@@ -96,6 +97,28 @@ class StaleReceipt(SparkQueueError):
 
 class BackendUnavailable(SparkQueueError):
     """Cassandra could not be reached, or did not answer within the timeout."""
+
+
+class PermissionDenied(SparkQueueError):
+    """Cassandra refused a statement because the role lacks a permission on a table.
+
+    The message names the role, the permission and the table, and the command
+    that prints the grants of each kind of role (``bdq keyspace grant``).
+    ``permission``, ``resource`` and ``role`` hold them when Cassandra named them.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        permission: str | None = None,
+        resource: str | None = None,
+        role: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.permission = permission
+        self.resource = resource
+        self.role = role
 
 
 class LocalNodeError(SparkQueueError):

@@ -59,10 +59,10 @@ from spark_queue.engine.counters import QueueCounters
 from spark_queue.engine.producer_buffer import Accepted, Batch, BucketWrite, Landed
 from spark_queue.errors import BackendUnavailable, SparkQueueError
 from spark_queue.store.buckets import Buckets
+from spark_queue.store.driver_errors import translated
 from spark_queue.store.message_values import now_ms
 from spark_queue.store.message_writes import BATCH_BYTES, BATCH_ROWS
 from spark_queue.store.retries import now_us, pause_before, transient
-from spark_queue.store.session import translated
 
 if TYPE_CHECKING:
     from spark_queue.engine.sending import Payload, Sender
@@ -106,7 +106,7 @@ class Producer:
         max_block: float = DEFAULT_MAX_BLOCK,
     ) -> None:
         self.name = name
-        self._counts = QueueCounters.of(name)  # this process's Prometheus counters
+        self._counts = QueueCounters.of(buckets.store.keyspace, name)  # this process's counters
         self._sender = sender
         self._buckets = buckets
         self.linger = check_seconds("linger", linger, allow_zero=True)

@@ -90,7 +90,7 @@ class Queue:
         )
         self.lanes, self.shares = self._receiving.lanes, self._receiving.shares
         self._counter = QueueCounter(store, queue_id, settings.bucket_size)
-        self._counts = QueueCounters.of(name)  # this process's Prometheus counters
+        self._counts = QueueCounters.of(store.keyspace, name)  # this process's counters
         # replayable consumer steps (the Spark source): engine/steps.py
         self.steps = QueueSteps(
             self, Steps(store, self.buckets, name), self._receiving, self._counts
@@ -389,6 +389,7 @@ class Queue:
             rate=rate,
             visibility_timeout=visibility_timeout,
             progress=progress,
+            keyspace=self._store.keyspace,
         )
 
     # -- ack / visibility ----------------------------------------------------------------

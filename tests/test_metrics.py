@@ -24,10 +24,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from spark_queue import ConnectionSettings, QueueClient
-from spark_queue.ops.prometheus import REGISTRY, QueueCollector, matches, serve
+from spark_queue.message import QueueStats
+from spark_queue.ops.prometheus import REGISTRY, Look, QueueCollector, matches, serve
 
 APT_TIMEOUT = 900
 
@@ -155,16 +157,68 @@ def test_queue_patterns_are_globs() -> None:
     assert not matches("other", ["orders-*", "shipments"])
 
 
+def samples(families: dict[str, Metric], name: str) -> dict[str, float]:
+    """``{queue: value}`` of one family's samples named ``name`` (``bdq_x_total``, ...)."""
+    family = families[name.removesuffix("_total")]
+    return {s.labels["queue"]: s.value for s in family.samples if s.name == name}
+
+
 @pytest.mark.cassandra
 def test_the_collector_reads_gauges_from_the_cheap_counts(keyspace: ConnectionSettings) -> None:
     with QueueClient(settings=keyspace) as client:
         client.create_queue("a").send_batch([b"1", b"2", b"3"])
         client.create_queue("b").send(b"x", delay=60)
         families = {f.name: f for f in QueueCollector(client, ["a", "b"]).collect()}
-    visible = {s.labels["queue"]: s.value for s in families["bdq_visible_messages"].samples}
-    delayed = {s.labels["queue"]: s.value for s in families["bdq_delayed_messages"].samples}
-    assert visible == {"a": 3.0, "b": 0.0}
-    assert delayed == {"a": 0.0, "b": 1.0}
+    assert samples(families, "bdq_visible_messages") == {"a": 3.0, "b": 0.0}
+    assert samples(families, "bdq_delayed_messages") == {"a": 0.0, "b": 1.0}
+    for family in families.values():
+        assert {s.labels["keyspace"] for s in family.samples} <= {keyspace.keyspace}, family.name
+    assert {s.labels["keyspace"] for s in families["bdq_visible_messages"].samples} == {
+        keyspace.keyspace
+    }
+
+
+@pytest.mark.cassandra
+def test_the_collector_counts_sends_and_consumption_of_every_process(
+    keyspace: ConnectionSettings,
+) -> None:
+    # Given a queue that another process (another client, its own id blocks) sends to
+    with QueueClient(settings=keyspace) as watcher, QueueClient(settings=keyspace) as worker:
+        orders = worker.create_queue("orders")
+        collector = QueueCollector(watcher, ["orders"])
+        before = {f.name: f for f in collector.collect()}
+
+        # When the worker sends 40, receives 25 and acks 20 of them
+        orders.send_batch([b"m%d" % i for i in range(40)])
+        got = orders.receive(max_messages=25, wait=5)
+        orders.ack_batch([d.receipt for d in got[:20]])
+        after = {f.name: f for f in collector.collect()}
+        tail = watcher.queue("orders").tail
+
+    # Then the watcher's collector saw them, from the store alone: sends are the ids the
+    # sequence handed out (in blocks, so at least the 40 sent), consumed what left the queue
+    assert samples(before, "bdq_queue_sent_total") == {"orders": 0.0}
+    assert samples(before, "bdq_queue_consumed_total") == {"orders": 0.0}
+    assert len(got) == 25
+    sent = samples(after, "bdq_queue_sent_total")["orders"]
+    assert sent == tail >= 40
+    assert samples(after, "bdq_queue_consumed_total") == {"orders": sent - 20}
+    assert after["bdq_queue_sent"].type == after["bdq_queue_consumed"].type == "counter"
+
+
+def test_consumed_never_goes_down_within_a_queue_incarnation() -> None:
+    collector = QueueCollector(None, [])  # type: ignore[arg-type]
+    first, second = uuid.uuid4(), uuid.uuid4()
+
+    def look(tail: int, backlog: int, queue_id: uuid.UUID) -> Look:
+        return Look(QueueStats(visible=backlog, in_flight=0, delayed=0, buckets=1), tail, queue_id)
+
+    assert collector.consumed("q", look(100, 30, first)) == 70
+    # an older count of a bucket makes the backlog look larger for a while
+    assert collector.consumed("q", look(100, 40, first)) == 70
+    assert collector.consumed("q", look(120, 10, first)) == 110
+    # the queue deleted and created again: a new counter, from 0
+    assert collector.consumed("q", look(16, 16, second)) == 0
 
 
 @pytest.mark.cassandra
@@ -258,13 +312,75 @@ def test_prometheus_scrapes_queue_gauges_and_client_counters(
         assert code == 0, exporter_log.read_text()
 
 
-def test_the_grafana_dashboard_queries_only_metrics_that_exist() -> None:
-    dashboard = json.loads(
-        (Path(__file__).parents[1] / "conf" / "grafana" / "spark-queue-dashboard.json").read_text()
-    )
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    used = {m for e in exprs for m in re.findall(r"\b(bdq_[a-z_]+)", e)}
-    counters = {f"{m.name}_total" for m in REGISTRY.collect()}
-    gauges = {m.name for m in QueueCollector(None, []).describe()}  # type: ignore[arg-type]
-    assert used <= counters | gauges, used - counters - gauges
-    assert {"bdq_visible_messages", "bdq_oldest_message_age_seconds", "bdq_dead_letters"} <= used
+DASHBOARD = Path(__file__).parents[1] / "conf" / "grafana" / "spark-queue-dashboard.json"
+#: PromQL words that are no metric name: aggregation modifiers and operators.
+PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool",
+                "and", "or", "unless", "inf", "nan"}  # fmt: skip
+
+
+def metric_names(promql: str) -> set[str]:
+    """The metric names a PromQL expression (or a label_values() query) reads."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', promql)  # strings: label values, regexes
+    text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", " ", text)  # range selectors
+    text = re.sub(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)", " ", text)  # grouping labels
+    text = re.sub(r"\b\d+(?:\.\d+)?[a-z]*\b", " ", text)  # numbers and durations (5m)
+    text = re.sub(r"\blabel_values\(\s*([a-zA-Z_:][\w:]*)\s*,[^)]*\)", r"\1", text)
+    names = set()
+    for match in re.finditer(r"[a-zA-Z_:][\w:]*", text):
+        following = text[match.end() :].lstrip()[:1]
+        word = match.group()
+        if following != "(" and word.lower() not in PROMQL_WORDS:
+            names.add(word)
+    return names
+
+
+def exported_metric_names() -> set[str]:
+    """Every series name this package exports: process counters and the collector's families."""
+    names = set()
+    for family in [*REGISTRY.collect(), *QueueCollector(None, []).describe()]:  # type: ignore[arg-type]
+        names.add(f"{family.name}_total" if family.type == "counter" else family.name)
+    return names
+
+
+def test_promql_metric_names_are_parsed_out_of_expressions() -> None:
+    assert metric_names(
+        'sum by (keyspace, queue) (rate(bdq_acked_total{queue=~"$queue", x="a}b"}[1m]))'
+        " / on (queue) group_left bdq_visible_messages offset 5m > 0"
+    ) == {"bdq_acked_total", "bdq_visible_messages"}
+    assert metric_names('label_values(bdq_x{keyspace=~"$keyspace"}, queue)') == {"bdq_x"}
+
+
+def test_the_grafana_dashboard_provisions_and_reads_only_exported_metrics() -> None:
+    # Given the dashboard as checked in
+    text = DASHBOARD.read_text()
+    dashboard = json.loads(text)  # valid JSON
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    source = {"type": "prometheus", "uid": "${datasource}"}
+
+    # Then nothing in it needs the UI's Import to resolve
+    assert "__inputs" not in dashboard
+    assert "${DS_" not in text and "$DS_" not in text
+    # and the data source is a variable, and keyspace and queue can be chosen
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert {"keyspace", "queue"} <= variables.keys()
+    for name in ("keyspace", "queue"):
+        assert variables[name]["datasource"] == source, name
+    # and every panel and query reads that data source, metrics that exist, per keyspace
+    exported = exported_metric_names()
+    queried = set()
+    for panel in dashboard["panels"]:
+        assert panel["datasource"] == source, panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"] == source, panel["title"]
+            assert 'keyspace=~"$keyspace"' in target["expr"], target["expr"]
+            names = metric_names(target["expr"])
+            assert names and names <= exported, (panel["title"], names - exported)
+            queried |= names
+    for name in ("keyspace", "queue"):
+        assert metric_names(variables[name]["definition"]) <= exported
+    assert {"bdq_visible_messages", "bdq_oldest_message_age_seconds", "bdq_dead_letters",
+            "bdq_queue_sent_total", "bdq_queue_consumed_total"} <= queried  # fmt: skip
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])

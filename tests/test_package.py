@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
 #: The packages of the extras, which the core install must go without.
-OPTIONAL = ("pyspark", "pyarrow", "pandas", "cryptography")
+OPTIONAL = ("pyspark", "pyarrow", "pandas", "cryptography", "prometheus_client")
 #: Hides OPTIONAL from a Python process, as if they were not installed; then runs bdq.
 BDQ_WITHOUT_EXTRAS = (
     "import sys\n"
@@ -75,11 +75,11 @@ def test_each_extra_brings_the_modules_errors_name_for_it() -> None:
         assert modules == set(EXTRAS[extra]), f"extra {extra!r}"
 
 
-def test_the_core_leaves_out_spark_and_cryptography() -> None:
+def test_the_core_leaves_out_spark_cryptography_and_prometheus() -> None:
     core = {canonicalize_name(r.name) for r in _requirements(PROJECT["dependencies"])}
 
     assert core.isdisjoint(canonicalize_name(m) for m in OPTIONAL)
-    assert core == {"cassandra-driver", "click", "rich", "prometheus-client", "tenacity"}
+    assert core == {"cassandra-driver", "click", "rich", "tenacity"}
 
 
 def test_dev_installs_every_extra() -> None:
@@ -167,6 +167,82 @@ def test_bdq_works_without_the_extras() -> None:
 
     assert result.returncode == 0, result.stderr
     assert "cassandra" in result.stdout and "bench" in result.stdout
+    for args in (("top", "--help"), ("metrics", "serve", "--help")):
+        assert _bdq_without_extras(*args).returncode == 0, args
+
+
+def test_the_queue_sends_and_receives_without_the_extras() -> None:
+    # Given a process where no optional package imports
+    probe = (
+        "import sys\n"
+        f"sys.modules.update(dict.fromkeys({OPTIONAL!r}))\n"
+        "from spark_queue import QueueClient\n"
+        "from spark_queue.engine import counters\n"
+        "from spark_queue.store.memory import MemoryStore\n"
+        "with QueueClient(store=MemoryStore('ks')) as client:\n"
+        "    q = client.create_queue('q')\n"
+        "    q.send_batch([b'a', b'b'])\n"
+        "    got = q.receive(max_messages=2)\n"
+        "    q.ack_batch([d.receipt for d in got])\n"
+        "print(sorted(d.payload.decode() for d in got),"
+        " dict(counters.SENT.samples()), dict(counters.ACKED.samples()))\n"
+        "print(sorted(m for m in " + repr(OPTIONAL) + " if sys.modules.get(m) is not None))\n"
+    )
+
+    # When a queue sends, receives and acks there
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+
+    # Then it worked and counted, in the process's own counters
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "['a', 'b'] {('ks', 'q'): 2.0} {('ks', 'q'): 2.0}",
+        "[]",
+    ]
+
+
+def test_metrics_serve_without_its_extra_fails_in_one_line() -> None:
+    result = _bdq_without_extras("metrics", "serve", "--port", "1")
+
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        "Error: bdq metrics serve needs the 'metrics' extra (prometheus_client is not"
+        " installed): pip install 'spark-queue[metrics]'"
+    ]
+
+
+def test_the_exporter_module_names_the_metrics_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # restored after the test
+    monkeypatch.delitem(sys.modules, "spark_queue.ops.prometheus", raising=False)
+
+    with pytest.raises(MissingExtra) as raised:
+        import spark_queue.ops.prometheus  # noqa: F401
+
+    assert raised.value.extra == "metrics"
+    assert "pip install 'spark-queue[metrics]'" in str(raised.value)
+
+
+def test_bdq_version_from_a_checkout_that_is_not_installed() -> None:
+    # Given a process where the package metadata cannot be found (a plain checkout)
+    probe = (
+        "import importlib.metadata as metadata\n"
+        "installed = metadata.version\n"
+        "def version(name):\n"
+        "    if name == 'spark-queue':\n"
+        "        raise metadata.PackageNotFoundError(name)\n"
+        "    return installed(name)\n"
+        "metadata.version = version\n"
+        "from spark_queue.cli import main\n"
+        "main(['--version'], prog_name='bdq')\n"
+    )
+
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"bdq {spark_queue.__version__}\n"
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,9 @@ from spark_queue.store.message_writes import BATCH_BYTES, BATCH_ROWS
 
 def producer(bucket_size: int) -> Producer:
     # Cutting a batch needs only the queue's bucket arithmetic.
-    buckets: Any = SimpleNamespace(bucket_of=lambda i: i // bucket_size)
+    buckets: Any = SimpleNamespace(
+        bucket_of=lambda i: i // bucket_size, store=SimpleNamespace(keyspace="ks")
+    )
     sender: Any = SimpleNamespace()
     return Producer(sender, buckets, "q")
 

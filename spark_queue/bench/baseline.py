@@ -17,7 +17,8 @@ from types import TracebackType
 from cassandra.concurrent import execute_concurrent_with_args
 
 from spark_queue.config import check_int
-from spark_queue.store.session import Store, translate_errors
+from spark_queue.store.driver_errors import translate_errors
+from spark_queue.store.session import Store
 
 #: Concurrent requests of the raw baseline (the driver's in-flight window).
 DEFAULT_CONCURRENCY = 128

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 import click
 
+from spark_queue import __version__
 from spark_queue.cli.bench_commands import bench
 from spark_queue.cli.bench_faults import faults
 from spark_queue.cli.bench_stats import stats as bench_stats
@@ -28,15 +27,9 @@ from spark_queue.cli.queue_commands import queue
 from spark_queue.cli.top import top
 
 
-def _version() -> str:
-    try:
-        return version("spark-queue")
-    except PackageNotFoundError:  # run from a checkout without installing it
-        return "unknown (not installed)"
-
-
 @click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), "--version", prog_name="bdq", message="%(prog)s %(version)s")
+# The running code's own version, installed or run from a checkout (no metadata there)
+@click.version_option(__version__, "--version", prog_name="bdq", message="%(prog)s %(version)s")
 @profile_option
 @group_connection_options
 def main() -> None:

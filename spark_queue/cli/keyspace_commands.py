@@ -1,8 +1,10 @@
-"""``bdq keyspace create``: the one command that creates a queue keyspace and its tables.
+"""``bdq keyspace create`` and ``bdq keyspace grant``: a queue keyspace, and who may use it.
 
-Every other command only opens a keyspace that exists (and fails with the
-command to run when it does not); ``bdq queue create --create-keyspace`` uses
-the same replication flags as this one.
+``create`` is the one command that creates a queue keyspace and its tables: every
+other command only opens a keyspace that exists (and fails with the command to run
+when it does not); ``bdq queue create --create-keyspace`` uses the same replication
+flags. ``grant`` gives a role the least permissions of one part
+(``spark_queue.store.grants``).
 """
 
 from __future__ import annotations
@@ -13,18 +15,26 @@ from typing import TypeVar
 
 import click
 
-from spark_queue.cli.flags import CommandGroup, cluster_options, echo_json, json_option
+from spark_queue.cli.flags import (
+    CommandGroup,
+    cluster_options,
+    connection_options,
+    echo_json,
+    json_option,
+)
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings, check_keyspace
 from spark_queue.errors import InvalidSetting
+from spark_queue.store.grants import PARTS, grant, grant_statements
 from spark_queue.store.keyspace import Replication
+from spark_queue.store.session import Store
 
 R = TypeVar("R")
 
 
 @click.group(cls=CommandGroup)
 def keyspace() -> None:
-    """Create the keyspace that holds the queues, with the replication you choose.
+    """Create the keyspace that holds the queues, and grant roles their part in it.
 
     Nothing else creates a keyspace: every other command fails with the command
     to run when its keyspace is missing.
@@ -146,3 +156,49 @@ def create(
         echo_json({**report.as_dict(), "hosts": [str(h) for h in settings.hosts]})
     else:
         click.echo(report.summary())
+
+
+@keyspace.command(name="grant")
+@click.argument("role")
+@click.option("--monitor", "part", flag_value="monitor", help=PARTS["monitor"].does + ".")
+@click.option("--producer", "part", flag_value="producer", help=PARTS["producer"].does + ".")
+@click.option("--consumer", "part", flag_value="consumer", help=PARTS["consumer"].does + ".")
+@click.option("--operator", "part", flag_value="operator", help=PARTS["operator"].does + ".")
+@click.option(
+    "--print", "print_only", is_flag=True,
+    help="Print the GRANT statements (for cqlsh) instead of running them; connects nowhere.",
+)  # fmt: skip
+@connection_options
+def grant_command(
+    settings: ConnectionSettings, role: str, part: str | None, print_only: bool
+) -> None:
+    """Grant ROLE the least permissions of one part on the keyspace (--keyspace).
+
+    Every queue of a keyspace shares its tables, so the keyspace is the unit of
+    isolation: these parts separate what touches different tables, and a
+    producer and a consumer both write the messages table. Running the
+    statements needs a role with AUTHORIZE on the keyspace (or a superuser);
+    the role itself is made with CREATE ROLE. See docs/connection.md.
+
+    \b
+        bdq keyspace grant grafana --monitor --keyspace orders
+        bdq keyspace grant app --producer --print      # the CQL, for cqlsh
+    """
+    if part is None:
+        raise click.UsageError(
+            "give the part ROLE plays: --monitor, --producer, --consumer or --operator"
+        )
+    statements = grant_statements(part, role, settings.keyspace)
+    if print_only:
+        for statement in statements:
+            click.echo(f"{statement};")
+        return
+    store = Store(settings)
+    try:
+        grant(store, statements)
+    finally:
+        store.close()
+    click.echo(
+        f"granted role {role!r} the {part} permissions on keyspace {settings.keyspace!r}"
+        f" ({len(statements)} statements)"
+    )

@@ -1,4 +1,8 @@
-"""``bdq metrics serve``: the queues' gauges for Prometheus to scrape."""
+"""``bdq metrics serve``: the queues' series for Prometheus to scrape.
+
+The exporter needs the ``metrics`` extra (prometheus-client), imported when the
+command runs: ``bdq`` itself, and ``bdq metrics --help``, work without it.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +17,7 @@ import click
 from spark_queue.cli.flags import CommandGroup, connection_options, echo_progress
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
-from spark_queue.errors import InvalidSetting
-from spark_queue.ops.prometheus import REGISTRY, QueueCollector, serve
+from spark_queue.errors import InvalidSetting, MissingExtra
 
 
 @click.group(cls=CommandGroup)
@@ -39,13 +42,19 @@ def metrics() -> None:
 def serve_command(
     settings: ConnectionSettings, port: int, addr: str, patterns: Sequence[str]
 ) -> None:
-    """Serve per-queue gauges at http://ADDR:PORT/metrics until Ctrl-C.
+    """Serve per-queue series at http://ADDR:PORT/metrics until Ctrl-C.
 
     Each scrape counts every matching queue the cheap way (a bounded number
     of buckets scanned per queue, however long its backlog): visible, in
-    flight, delayed, age of the oldest message, dead letters. The counters
-    (sent, received, acked, ...) of this process's registry are served too.
+    flight, delayed, age of the oldest message, dead letters; and reads its
+    id sequence for the sends and consumption of every process
+    (bdq_queue_sent_total, bdq_queue_consumed_total). Labelled keyspace and
+    queue. Needs the 'metrics' extra: pip install 'spark-queue[metrics]'.
     """
+    try:
+        from spark_queue.ops.prometheus import REGISTRY, QueueCollector
+    except MissingExtra as e:
+        raise MissingExtra("bdq metrics serve", e.extra, e.name) from e
     with QueueClient(settings=settings) as client:
         collector = QueueCollector(client, patterns)
         REGISTRY.register(collector)
@@ -68,6 +77,8 @@ def serve_command(
 
 def _listen(port: int, addr: str) -> Any:
     """Start the endpoint, or say in one line why it cannot listen at ``addr``:``port``."""
+    from spark_queue.ops.prometheus import serve
+
     try:
         return serve(port, addr)
     except socket.gaierror as e:

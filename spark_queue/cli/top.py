@@ -5,7 +5,8 @@ from two looks a refresh apart, since a viewer cannot see other processes'
 counters: ``sent/s`` is how fast the queue's id sequence moves (ids handed out
 to senders), ``consumed/s`` how fast messages leave (sent minus the growth of
 the backlog: acked, dead-lettered or expired). Per-process counters of sends,
-receives and acks are what ``spark_queue.engine.counters`` exports.
+receives and acks are what ``spark_queue.engine.counters`` keeps; nothing here
+needs the ``metrics`` extra.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting, SparkQueueError
 from spark_queue.message import QueueStats
-from spark_queue.ops.prometheus import matches
+from spark_queue.ops.patterns import matches
 
 
 @dataclass(frozen=True)

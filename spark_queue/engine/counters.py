@@ -1,65 +1,126 @@
-"""The engine's counters: what this process did to each queue, as Prometheus counters.
+"""The engine's counters: what this process did to each queue, kept in memory.
 
-Every ``Queue`` handle counts its own operations in ``REGISTRY``, per queue:
-``bdq_sent_total``, ``bdq_received_total``, ``bdq_acked_total``,
-``bdq_stale_acks_total``, ``bdq_dead_lettered_total`` (moved to the dead-letter
-queue) and ``bdq_redriven_total`` (sent back by a redrive, by target queue).
-They are this process's counts, as with any Prometheus client library;
-``spark_queue.ops.prometheus`` serves them, and the queues' gauges beside them.
+Every ``Queue`` handle counts its own operations here, per keyspace and queue:
+``bdq_sent``, ``bdq_received``, ``bdq_acked``, ``bdq_stale_acks``,
+``bdq_dead_lettered`` (moved to the dead-letter queue) and ``bdq_redriven``
+(sent back by a redrive, by target queue). They are this process's counts,
+as with any Prometheus client library.
+
+They are plain in-process counters, so the queue needs nothing to send or
+receive beyond the core install; ``spark_queue.ops.prometheus`` (the
+``metrics`` extra) exports every family of ``FAMILIES`` as Prometheus
+counters (``bdq_sent_total``, ...) at scrape time.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
+__all__ = [
+    "ACKED",
+    "DEAD_LETTERED",
+    "FAMILIES",
+    "LABELS",
+    "RECEIVED",
+    "REDRIVEN",
+    "SENT",
+    "STALE_ACKS",
+    "Count",
+    "CounterFamily",
+    "QueueCounters",
+]
 
-#: The registry of spark-queue's metrics in this process.
-REGISTRY = CollectorRegistry(auto_describe=True)
+#: The labels of every family: a queue's name is unique within its keyspace only.
+LABELS = ("keyspace", "queue")
 
-SENT = Counter("bdq_sent", "Messages sent by this process.", ["queue"], registry=REGISTRY)
-RECEIVED = Counter(
-    "bdq_received", "Deliveries handed out to this process.", ["queue"], registry=REGISTRY
-)
-ACKED = Counter("bdq_acked", "Messages acked by this process.", ["queue"], registry=REGISTRY)
-STALE_ACKS = Counter(
+
+class Count:
+    """One counter: a number that only grows, safe to add to from any thread."""
+
+    __slots__ = ("_lock", "_value")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        """Add ``amount`` (not negative: a counter never goes down)."""
+        if amount < 0:
+            raise ValueError(f"amount {amount!r}: a counter only grows; give 0 or more")
+        with self._lock:
+            self._value += amount
+
+    @property
+    def value(self) -> float:
+        return self._value
+
+
+class CounterFamily:
+    """Counters of one name, one per ``(keyspace, queue)``.
+
+    Args:
+        name: The metric name, without Prometheus's ``_total`` suffix.
+        documentation: What is counted (the exported help text).
+    """
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self.name = name
+        self.documentation = documentation
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str], Count] = {}
+
+    def labels(self, *, keyspace: str, queue: str) -> Count:
+        """The counter of ``queue`` in ``keyspace``, made at its first use."""
+        key = (keyspace, queue)
+        count = self._counts.get(key)
+        if count is None:
+            with self._lock:
+                count = self._counts.setdefault(key, Count())
+        return count
+
+    def samples(self) -> list[tuple[tuple[str, str], float]]:
+        """``((keyspace, queue), value)`` of every counter used so far."""
+        with self._lock:
+            counts = list(self._counts.items())
+        return [(key, count.value) for key, count in counts]
+
+
+SENT = CounterFamily("bdq_sent", "Messages sent by this process.")
+RECEIVED = CounterFamily("bdq_received", "Deliveries handed out to this process.")
+ACKED = CounterFamily("bdq_acked", "Messages acked by this process.")
+STALE_ACKS = CounterFamily(
     "bdq_stale_acks",
     "Acks refused because the receipt was stale (a duplicate delivery, or acked already).",
-    ["queue"],
-    registry=REGISTRY,
 )
-DEAD_LETTERED = Counter(
-    "bdq_dead_lettered",
-    "Messages this process moved from the queue to its dead-letter queue.",
-    ["queue"],
-    registry=REGISTRY,
+DEAD_LETTERED = CounterFamily(
+    "bdq_dead_lettered", "Messages this process moved from the queue to its dead-letter queue."
 )
-REDRIVEN = Counter(
-    "bdq_redriven",
-    "Dead letters this process sent back to the queue (the label).",
-    ["queue"],
-    registry=REGISTRY,
+REDRIVEN = CounterFamily(
+    "bdq_redriven", "Dead letters this process sent back to the queue (the label)."
 )
+
+#: Every family, in the order they are exported.
+FAMILIES = (SENT, RECEIVED, ACKED, STALE_ACKS, DEAD_LETTERED, REDRIVEN)
 
 
 @dataclass(frozen=True, slots=True)
 class QueueCounters:
     """The counters of one queue, looked up once per handle rather than per operation."""
 
-    sent: Any
-    received: Any
-    acked: Any
-    stale_acks: Any
-    dead_lettered: Any
+    sent: Count
+    received: Count
+    acked: Count
+    stale_acks: Count
+    dead_lettered: Count
 
     @classmethod
-    def of(cls, queue: str) -> QueueCounters:
-        """The counters labelled ``queue``."""
+    def of(cls, keyspace: str, queue: str) -> QueueCounters:
+        """The counters of ``queue`` in ``keyspace``."""
         return cls(
-            SENT.labels(queue=queue),
-            RECEIVED.labels(queue=queue),
-            ACKED.labels(queue=queue),
-            STALE_ACKS.labels(queue=queue),
-            DEAD_LETTERED.labels(queue=queue),
+            SENT.labels(keyspace=keyspace, queue=queue),
+            RECEIVED.labels(keyspace=keyspace, queue=queue),
+            ACKED.labels(keyspace=keyspace, queue=queue),
+            STALE_ACKS.labels(keyspace=keyspace, queue=queue),
+            DEAD_LETTERED.labels(keyspace=keyspace, queue=queue),
         )

@@ -165,5 +165,6 @@ class DeadLetters:
             ],
         )
         self._buckets.ack(taken, now)
-        counters.DEAD_LETTERED.labels(queue=self._name).inc(len(messages))
+        keyspace = self._buckets.store.keyspace
+        counters.DEAD_LETTERED.labels(keyspace=keyspace, queue=self._name).inc(len(messages))
         return ids

@@ -138,6 +138,7 @@ def redrive(
     rate: float | None = None,
     visibility_timeout: float = 30.0,
     progress: Callable[[int], None] | None = None,
+    keyspace: str = "",
 ) -> RedriveResult:
     """Move dead letters to their target queues, each at most once (see the module docstring).
 
@@ -152,6 +153,7 @@ def redrive(
         visibility_timeout: Lease of the dead letters while they are moved: a
             killed run's messages show again after it.
         progress: Called with the number moved after each round.
+        keyspace: The keyspace of the queues, for this process's counters.
 
     Raises:
         InvalidSetting: No ``to``, and no queue names ``dead_letters`` as its
@@ -204,7 +206,7 @@ def redrive(
             result.moved += len(movable)
             for _, target in movable:
                 result.by_target[target.name] += 1
-            _note_redriven(movable)
+            _note_redriven(movable, keyspace)
             if progress is not None:
                 progress(result.moved)
             if pace is not None:
@@ -269,10 +271,10 @@ def _target(
     return targets[name]
 
 
-def _note_redriven(moved: Sequence[tuple[Delivery, RedriveTarget]]) -> None:
-    """Count the moves into the process's metrics, per target queue."""
+def _note_redriven(moved: Sequence[tuple[Delivery, RedriveTarget]], keyspace: str) -> None:
+    """Count the moves into the process's counters, per target queue."""
     for name, count in Counter(target.name for _, target in moved).items():
-        counters.REDRIVEN.labels(queue=name).inc(count)
+        counters.REDRIVEN.labels(keyspace=keyspace, queue=name).inc(count)
 
 
 def _check_rate(rate: object) -> float:

@@ -171,7 +171,8 @@ class Staging:
             if s.replaced:  # only once the copies that replace them are visible
                 self._sender.retire(s.replaced, s.written_at, timestamp=s.stamp + 2)
         self._log.mark_done_many([s.key for s in todo])
-        counters.SENT.labels(queue=self._name).inc(sum(len(s.ids) for s in todo))
+        sent = counters.SENT.labels(keyspace=self._buckets.store.keyspace, queue=self._name)
+        sent.inc(sum(len(s.ids) for s in todo))
 
     def discard(self, writer: str, step: int) -> int:
         """Drop every unpublished send of ``(writer, step)``; return the messages dropped.

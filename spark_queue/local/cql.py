@@ -41,7 +41,8 @@ def connect(settings: ConnectionSettings, *, only: HostPort | None = None) -> It
         WhiteListRoundRobinPolicy,
     )
 
-    from spark_queue.store.session import new_cluster, no_host_message
+    from spark_queue.store.driver_errors import no_host_message
+    from spark_queue.store.session import new_cluster
 
     hosts = (only,) if only else settings.hosts
     policy = (

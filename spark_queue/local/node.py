@@ -35,6 +35,8 @@ from pathlib import Path
 
 from spark_queue.errors import LocalNodeError
 from spark_queue.local.node_conf import (
+    AUTH_SETTINGS,
+    DEFAULT_SUPERUSER,
     NodeSpec,
     default_conf_dir,
     default_home,
@@ -170,6 +172,7 @@ class LocalCluster:
                 jmx_port=saved["jmx_port"],
                 folder=spec.folder,
                 tls=saved.get("tls"),
+                auth=saved.get("auth", False),
             )
         return spec
 
@@ -188,6 +191,11 @@ class LocalCluster:
     def _probe_tls(self, spec: NodeSpec) -> ssl.SSLContext | None:
         return self.client_tls() if spec.tls and self.tls_files.exist() else None
 
+    @staticmethod
+    def _probe_login(spec: NodeSpec) -> tuple[str, str] | None:
+        # A node with roles answers no one without a login: probe as its default superuser.
+        return DEFAULT_SUPERUSER if spec.auth else None
+
     # -- start ---------------------------------------------------------------
 
     def start(
@@ -196,6 +204,7 @@ class LocalCluster:
         *,
         settings: Mapping[str, str] | None = None,
         tls: str | None = None,
+        auth: bool = False,
         timeout: float = START_TIMEOUT,
         echo: Callable[[str], None] = log.info,
     ) -> list[NodeStatus]:
@@ -207,6 +216,9 @@ class LocalCluster:
             tls: None for plain text; ``"optional"`` serves TLS and plain text on
                 the CQL port, ``"required"`` TLS only. TLS clients must show the
                 client certificate made beside the CA under ``<home>/tls/``.
+            auth: Ask clients for a password and check their permissions
+                (PasswordAuthenticator, CassandraAuthorizer); the node makes
+                Cassandra's default superuser ``cassandra`` (password ``cassandra``).
             timeout: Seconds each node may take to answer CQL.
             echo: Where progress lines go.
 
@@ -218,6 +230,8 @@ class LocalCluster:
         if tls not in (None, "optional", "required"):
             raise LocalNodeError(f"tls {tls!r}: must be 'optional', 'required' or None")
         extra = dict(settings or {})
+        if auth:
+            extra.update(AUTH_SETTINGS)
         if tls is not None:
             # Only TLS needs cryptography (the 'local' extra): imported here, so a plain start,
             # and bdq itself, work with the core install.
@@ -233,7 +247,9 @@ class LocalCluster:
             pid = live_pid(spec.pid_file)
             if pid is not None:
                 recorded = self._recorded(index)
-                version = _wait_for_cql(recorded, pid, timeout, self._probe_tls(recorded))
+                version = _wait_for_cql(
+                    recorded, pid, timeout, self._probe_tls(recorded), self._probe_login(recorded)
+                )
                 echo(
                     f"node{index} already running at {recorded.address}:{recorded.native_port}"
                     f" (pid {pid}, Cassandra {version})"
@@ -249,14 +265,16 @@ class LocalCluster:
                 )
                 continue
             _check_ports_free(spec)
-            spec = replace(spec, tls=tls)
+            spec = replace(spec, tls=tls, auth=auth)
             self._write_config(spec, auto_bootstrap=index > 1, settings=extra)
             pid = self._launch(spec, java, classpath, agent)
             echo(
                 f"node{index} starting at {spec.address}:{spec.native_port} (pid {pid}),"
                 f" log {spec.log_file}"
             )
-            version = _wait_for_cql(spec, pid, timeout, self._probe_tls(spec))
+            version = _wait_for_cql(
+                spec, pid, timeout, self._probe_tls(spec), self._probe_login(spec)
+            )
             echo(f"node{index} ready: Cassandra {version} at {spec.address}:{spec.native_port}")
         return self.status()
 
@@ -360,7 +378,12 @@ class LocalCluster:
         for spec in self.known_nodes():
             pid = live_pid(spec.pid_file)
             version = (
-                probe_cql(spec.address, spec.native_port, ssl_context=self._probe_tls(spec))
+                probe_cql(
+                    spec.address,
+                    spec.native_port,
+                    ssl_context=self._probe_tls(spec),
+                    login=self._probe_login(spec),
+                )
                 if pid is not None
                 else None
             )
@@ -406,7 +429,11 @@ def _log_tail(spec: NodeSpec, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def _wait_for_cql(
-    spec: NodeSpec, pid: int, timeout: float, ssl_context: ssl.SSLContext | None = None
+    spec: NodeSpec,
+    pid: int,
+    timeout: float,
+    ssl_context: ssl.SSLContext | None = None,
+    login: tuple[str, str] | None = None,
 ) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -421,7 +448,9 @@ def _wait_for_cql(
                 f" (pid {pid}).\n{_log_tail(spec)}"
             )
         if port_open(spec.address, spec.native_port):
-            version = probe_cql(spec.address, spec.native_port, ssl_context=ssl_context)
+            version = probe_cql(
+                spec.address, spec.native_port, ssl_context=ssl_context, login=login
+            )
             if version:
                 return version
         time.sleep(0.5)

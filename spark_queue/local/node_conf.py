@@ -58,6 +58,11 @@ JVM17_FLAGS = (
 )
 
 
+#: What ``cassandra.yaml`` says for a node that asks for passwords and checks permissions.
+AUTH_SETTINGS = {"authenticator": "PasswordAuthenticator", "authorizer": "CassandraAuthorizer"}
+#: The role a node with roles makes at its first start (Cassandra's default superuser).
+DEFAULT_SUPERUSER = ("cassandra", "cassandra")
+
 #: The node templates (cassandra.yaml, logback.xml, pom.xml), package data of spark_queue.
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -111,6 +116,8 @@ class NodeSpec:
     folder: Path
     #: None for plain text, else "optional" or "required" (client TLS).
     tls: str | None = None
+    #: Whether the node asks for a password and checks permissions (roles).
+    auth: bool = False
 
     @property
     def pid_file(self) -> Path:
@@ -190,6 +197,8 @@ def jvm_command(
         # 30 s ring delay and gossip settling that protect production joins.
         "-Dcassandra.ring_delay_ms=2000",
         "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+        # With roles: the default superuser now, not 10 s after the node answers.
+        *(["-Dcassandra.superuser_setup_delay_ms=0"] if spec.auth else []),
         "-cp",
         os.pathsep.join([str(conf), *map(str, classpath)]),
         "org.apache.cassandra.service.CassandraDaemon",

@@ -117,12 +117,19 @@ def quiet_driver() -> Iterator[None]:
 
 
 def probe_cql(
-    address: str, port: int, timeout: float = 5.0, *, ssl_context: ssl.SSLContext | None = None
+    address: str,
+    port: int,
+    timeout: float = 5.0,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    login: tuple[str, str] | None = None,
 ) -> str | None:
     """``release_version`` of the node at ``address:port``, or None if it does not answer.
 
-    ``ssl_context`` connects with TLS (a node that requires it answers nothing else).
+    ``ssl_context`` connects with TLS (a node that requires it answers nothing else),
+    ``login`` as ``(username, password)`` (a node with roles answers no one without one).
     """
+    from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import WhiteListRoundRobinPolicy
 
@@ -140,6 +147,7 @@ def probe_cql(
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
             protocol_version=5,  # local nodes run Cassandra 5.0: no negotiation needed
             ssl_context=ssl_context,
+            auth_provider=PlainTextAuthProvider(*login) if login else None,
         )
         try:
             session = cluster.connect()

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from spark_queue.store.driver_errors import translate_errors
 from spark_queue.store.message_values import (
     MESSAGE_COLUMNS,
     Candidate,
@@ -23,7 +24,7 @@ from spark_queue.store.message_values import (
     stored_message,
 )
 from spark_queue.store.message_writes import MessageWrites
-from spark_queue.store.session import Store, translate_errors
+from spark_queue.store.session import Store
 
 SCAN_VISIBLE = (
     f"SELECT {MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ?"

@@ -4,7 +4,8 @@ A ``Store`` wraps a driver ``Cluster``/``Session`` for one keyspace. ``Store.sha
 keeps one per process and settings, created lazily and rebuilt after a fork,
 so Spark executors never receive a pickled session: they rebuild theirs from
 the settings inside ``read()``/``write()``. Every driver exception that leaves
-this module is a ``SparkQueueError`` with the driver's error as its cause.
+this module is a ``SparkQueueError`` with the driver's error as its cause
+(``driver_errors``).
 """
 
 from __future__ import annotations
@@ -15,28 +16,20 @@ import os
 import socket
 import ssl
 import threading
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any, ClassVar
 
 from cassandra import (
     ConsistencyLevel,
-    DriverException,
-    InvalidRequest,
-    OperationTimedOut,
     ProtocolVersion,
-    ReadTimeout,
-    Unavailable,
     UnresolvableContactPoints,
-    WriteTimeout,
 )
 from cassandra.auth import AuthProvider, PlainTextAuthProvider
 from cassandra.cluster import (
     EXEC_PROFILE_DEFAULT,
     Cluster,
     ExecutionProfile,
-    NoHostAvailable,
     ResponseFuture,
     ResultSet,
     Session,
@@ -46,12 +39,8 @@ from cassandra.policies import AddressTranslator, DCAwareRoundRobinPolicy, Token
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
 from spark_queue.config import ConnectionSettings
-from spark_queue.errors import (
-    BackendUnavailable,
-    InvalidSetting,
-    KeyspaceNotFound,
-    SparkQueueError,
-)
+from spark_queue.errors import InvalidSetting, KeyspaceNotFound
+from spark_queue.store.driver_errors import translate_errors
 
 log = logging.getLogger(__name__)
 
@@ -407,74 +396,3 @@ def _ssl_context(settings: ConnectionSettings) -> ssl.SSLContext | None:
     # The driver sends each node's address as the server name when this is on.
     context.check_hostname = settings.tls_check_hostname
     return context
-
-
-@contextmanager
-def translate_errors(what: str) -> Iterator[None]:
-    """Turn driver exceptions into SparkQueueErrors that say what was being done."""
-    try:
-        yield
-    except SparkQueueError:
-        raise
-    except (NoHostAvailable, DriverException) as e:
-        raise translated(e, what) from e
-
-
-def translated(error: BaseException, what: str) -> SparkQueueError:
-    """The SparkQueueError for an exception the driver raised or handed to a callback.
-
-    For errors that reach code through the driver's asynchronous callbacks,
-    where ``translate_errors`` cannot wrap the call. The result keeps
-    ``error`` as its cause; anything that is no driver error is wrapped too,
-    so a caller always gets a SparkQueueError.
-    """
-    result: SparkQueueError
-    if isinstance(error, SparkQueueError):
-        return error
-    if isinstance(error, NoHostAvailable):
-        result = BackendUnavailable(f"{what}: {no_host_message(error)}")
-    elif isinstance(error, OperationTimedOut | ReadTimeout | WriteTimeout):
-        result = BackendUnavailable(f"{what}: Cassandra did not answer in time ({error})")
-    elif isinstance(error, Unavailable):
-        result = BackendUnavailable(
-            f"{what}: not enough live replicas for the consistency level ({error})"
-        )
-    elif isinstance(error, InvalidRequest):
-        result = SparkQueueError(f"{what}: Cassandra rejected the request: {error}")
-    elif isinstance(error, DriverException):
-        result = BackendUnavailable(f"{what}: {type(error).__name__}: {error}")
-    else:
-        result = SparkQueueError(f"{what}: {type(error).__name__}: {error}")
-    result.__cause__ = error
-    return result
-
-
-def no_host_message(error: NoHostAvailable) -> str:
-    """Why no host answered, naming the first host and its cause, with the likely fix."""
-    errors = getattr(error, "errors", None) or {}
-    if not errors:
-        return f"no host answered ({error})"
-    host, cause = next(iter(errors.items()))
-    text = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
-    # The driver may wrap the ssl module's error in another OSError: go by its text too.
-    if isinstance(cause, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
-        detail = getattr(cause, "verify_message", None) or str(cause).split("] ")[-1]
-        return (
-            f"TLS: the certificate of {host} was not accepted ({detail}); check"
-            " tls_ca_file (the CA that signed the node's certificate) and that the certificate"
-            " names the address you connect to (tls_check_hostname)"
-        )
-    if isinstance(cause, ssl.SSLError) or "[SSL" in text:
-        reason = getattr(cause, "reason", None) or text
-        return (
-            f"TLS handshake with {host} failed ({reason}); does the node speak TLS on this"
-            " port, and does it accept the client certificate?"
-        )
-    hint = (
-        "start a local node with 'bdq cassandra start' or point BDQ_CASSANDRA_HOSTS at your cluster"
-    )
-    if "AuthenticationFailed" in text or "Bad credentials" in text:
-        hint = "check the username and password (or auth_provider)"
-    elif "Connection" in type(cause).__name__ or "closed" in text.lower():
-        hint += "; if the cluster requires TLS, turn tls on"
-    return f"no host answered ({host}: {text}); {hint}"
