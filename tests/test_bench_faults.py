@@ -69,7 +69,10 @@ def test_bad_fault_names_and_levels_are_refused_before_anything_runs() -> None:
         FaultsParams(crash_levels=(0.1, 1.5))
     result = CliRunner().invoke(main, ["bench", "faults", "--faults", "disk"])
     assert result.exit_code == 1
-    assert "faults 'disk': must be a comma list of network, receiver, node, load" in result.output
+    assert (
+        "faults 'disk': must be a comma list of network, receiver, node, load, skew, pause,"
+        " speculation, stage-retry" in result.output
+    )
     with pytest.raises(InvalidSetting, match=r"drop level -0.1: must be a probability"):
         FaultsParams(drop_levels=(-0.1,))
 

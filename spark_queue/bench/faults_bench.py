@@ -88,6 +88,8 @@ def run_faults_bench(
         echo: Where progress lines go.
     """
     check_faults(faults)
+    if any(f not in FAULTS for f in faults):
+        raise InvalidSetting(f"faults {','.join(faults)!r}: the Spark relay's run in faults_levels")
     if "node" in faults and cluster is None:
         raise InvalidSetting("faults 'node': needs a local cluster the bench can kill nodes of")
     echo(f"bench faults: seed {params.seed}")

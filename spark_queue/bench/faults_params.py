@@ -84,13 +84,16 @@ class FaultsParams:
 
 
 FAULTS = ("network", "receiver", "node", "load")
+#: Faults of the Spark relay (spark_queue.bench.faults_levels), checked by source id.
+PIPELINE_FAULTS = ("skew", "pause", "speculation", "stage-retry")
 
 
 def check_faults(names: Sequence[str]) -> list[str]:
-    """``names`` if each is one of :data:`FAULTS` and there is at least one."""
-    unknown = [n for n in names if n not in FAULTS]
+    """``names`` if each is one of :data:`FAULTS` or :data:`PIPELINE_FAULTS`, at least one."""
+    known = FAULTS + PIPELINE_FAULTS
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise InvalidSetting(
-            f"faults {','.join(names)!r}: must be a comma list of {', '.join(FAULTS)}"
+            f"faults {','.join(names)!r}: must be a comma list of {', '.join(known)}"
         )
     return list(names)

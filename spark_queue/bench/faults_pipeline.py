@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,7 +179,16 @@ class PipelineFaultsResult:
 
 
 class Relay:
-    """Starts, kills and drains the relay process (group) of one pipeline."""
+    """Starts, kills and drains the relay process (group) of one pipeline.
+
+    Args:
+        settings, source, target: The cluster and the two queues.
+        checkpoint, log: The query's checkpoint folder and the relay's log file.
+        writer_id: The sink's writerId.
+        max_per_trigger: Rows per micro-batch.
+        visibility_timeout: The source's lease, seconds.
+        args: More relay flags (``--master``, ``--conf``, faults: see faults_relay).
+    """
 
     def __init__(
         self,
@@ -191,6 +200,8 @@ class Relay:
         *,
         writer_id: str = "relay-under-faults",
         max_per_trigger: int = MAX_PER_TRIGGER,
+        visibility_timeout: float = VISIBILITY_TIMEOUT,
+        args: Sequence[str] = (),
     ) -> None:
         options = connector_options(settings)
         self.command = [
@@ -201,17 +212,20 @@ class Relay:
             "--checkpoint", str(checkpoint), "--writer-id", writer_id,
             "--max-per-trigger", str(max_per_trigger),
             "--trigger-seconds", str(TRIGGER_SECONDS), "--row-delay-ms", str(ROW_DELAY_MS),
-            "--visibility-timeout", f"{VISIBILITY_TIMEOUT:.0f}s",
+            "--visibility-timeout", f"{visibility_timeout:.0f}s", *args,
         ]  # fmt: skip
         self.checkpoint = Checkpoint(checkpoint)
         self.log = log
+        #: Put before the relay's command (e.g. ``faketime -f +10s``); per run.
+        self.wrap: Sequence[str] = ()
 
-    def _start(self, *extra: str) -> subprocess.Popen[bytes]:
+    def start(self, *extra: str) -> subprocess.Popen[bytes]:
+        """Start a relay run in its own process group (``extra``: more flags)."""
         # loopback only: Spark would otherwise bind the driver to the host's first interface
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
         with open(self.log, "ab") as out:
             return subprocess.Popen(
-                [*self.command, *extra],
+                [*self.wrap, *self.command, *extra],
                 stdout=out,
                 stderr=out,
                 env=env,
@@ -222,7 +236,7 @@ class Relay:
         """Start the relay, wait for ``kill``'s event and delay, SIGKILL its process group."""
         start = self.checkpoint.snapshot()
         began = time.monotonic()
-        process = self._start()
+        process = self.start()
         try:
             while not reached(kill.phase, self.checkpoint.snapshot(), start):
                 code = process.poll()
@@ -240,19 +254,20 @@ class Relay:
             time.sleep(kill.settle)
             landed = self.checkpoint.describe()
         finally:
-            _kill_group(process)
+            kill_group(process)
         return KillRecord(kill.phase, kill.settle, landed, time.monotonic() - began)
 
     def drain(self, timeout: float = RUN_TIMEOUT) -> int:
         """Run the relay with ``availableNow`` to the end; its exit code."""
-        process = self._start("--available-now")
+        process = self.start("--available-now")
         try:
             return process.wait(timeout=timeout)
         finally:
-            _kill_group(process)
+            kill_group(process)
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a relay run's whole process group and reap it."""
     with contextlib.suppress(ProcessLookupError):  # the whole group has already exited
         os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
@@ -285,16 +300,8 @@ def run_pipeline_faults(
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
     echo(f"pipeline faults: seed {seed}, {messages} messages, {kills} kills")
-    suffix = uuid.uuid4().hex[:6]
-    source, target = f"relay-src-{suffix}", f"relay-dst-{suffix}"
     workdir.mkdir(parents=True, exist_ok=True)
-    with QueueClient(settings=settings) as client:
-        src = client.create_queue(source, bucket_size=bucket_size)
-        client.create_queue(target)
-        sent: dict[int, bytes] = {}
-        for first in range(0, messages, 1000):
-            payloads = [f"m{i}:{seed}".encode() for i in range(first, min(messages, first + 1000))]
-            sent.update(zip(src.send_batch(payloads), payloads, strict=True))
+    source, target, sent = fill_source(settings, messages, seed, bucket_size=bucket_size)
     relay = Relay(settings, source, target, workdir / "checkpoint", workdir / "relay.log")
 
     began = time.monotonic()
@@ -327,8 +334,28 @@ def run_pipeline_faults(
         if attempt == MAX_EARLY_EXITS:
             raise RuntimeError(f"the final drain failed {attempt} times; see {relay.log}")
     result = PipelineFaultsResult(seed, messages, records, time.monotonic() - began)
-    _check(settings, source, target, sent, result)
+    check_by_source_id(settings, source, target, sent, result)
     return result
+
+
+def fill_source(
+    settings: ConnectionSettings, messages: int, seed: int, *, bucket_size: int = 750
+) -> tuple[str, str, dict[int, bytes]]:
+    """Create a source and a target queue, send ``messages`` to the source.
+
+    Returns:
+        The source's and the target's names, and each sent id's payload.
+    """
+    suffix = uuid.uuid4().hex[:6]
+    source, target = f"relay-src-{suffix}", f"relay-dst-{suffix}"
+    with QueueClient(settings=settings) as client:
+        src = client.create_queue(source, bucket_size=bucket_size)
+        client.create_queue(target)
+        sent: dict[int, bytes] = {}
+        for first in range(0, messages, 1000):
+            payloads = [f"m{i}:{seed}".encode() for i in range(first, min(messages, first + 1000))]
+            sent.update(zip(src.send_batch(payloads), payloads, strict=True))
+    return source, target, sent
 
 
 class NodeFaults:
@@ -419,7 +446,7 @@ class _Disturbance:
             raise RuntimeError(f"disturb failed: {self.error}") from self.error
 
 
-def _check(
+def check_by_source_id(
     settings: ConnectionSettings,
     source: str,
     target: str,

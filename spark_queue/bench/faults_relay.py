@@ -10,6 +10,7 @@ so the checks can tell that every message arrived exactly once.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -19,6 +20,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.types import BinaryType
+
+from spark_queue.bench.relay_faults import RelayFaults, touch
 
 _BEGAN = time.monotonic()
 
@@ -61,10 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--visibility-timeout", default="120s")
     parser.add_argument("--consistency", default=None, help="consistency of reads and writes")
     parser.add_argument("--restarts", type=int, default=3, help="query restarts after a failure")
+    parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE Spark setting")
+    parser.add_argument("--min-partitions", type=int, default=None, help="source minPartitions")
+    parser.add_argument(
+        "--shuffle", action="store_true", help="write in a stage after the source's (by id)"
+    )
+    parser.add_argument("--fault-folder", default=None, help="record task attempts here")
+    parser.add_argument("--straggle-ms", type=int, default=0, help="partition 0's first attempt")
+    parser.add_argument("--kill-executor-batch", type=int, default=-1, help="its sink stage")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
+    builder = (
         SparkSession.builder.master(args.master)
         .appName("bdq-relay")
         .config("spark.ui.enabled", "false")
@@ -74,8 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         # A relay run is short-lived and restarted after every kill: the client
         # compiler alone (C1) and the serial collector start the JVM faster.
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .getOrCreate()
+        .config("spark.executor.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     )
+    for setting in args.conf:
+        key, _, value = setting.partition("=")
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     progress = _Progress()
     spark.streams.addListener(progress)
@@ -83,14 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     connection = {"hosts": args.hosts, "keyspace": args.keyspace}
     if args.consistency:
         connection["consistency"] = args.consistency
-    source = (
+    reader = (
         spark.readStream.format("bdq")
         .options(**connection)
         .option("queue", args.source)
         .option("visibilityTimeout", args.visibility_timeout)
         .option("maxMessagesPerTrigger", str(args.max_per_trigger))
-        .load()
     )
+    if args.min_partitions:
+        reader = reader.option("minPartitions", str(args.min_partitions))
+    source = reader.load()
     payload = F.col("payload")
     if args.row_delay_ms:
         delay = args.row_delay_ms / 1000
@@ -101,12 +118,26 @@ def main(argv: list[str] | None = None) -> int:
             return value
 
         payload = slowly(payload)
+    faults = None
+    if args.fault_folder:
+        faults = RelayFaults(args.fault_folder, args.straggle_ms, args.kill_executor_batch)
+        payload = F.udf(functools.partial(touch, "source", faults), BinaryType())(payload)
     relayed = source.select(
+        F.col("id"),
         payload.alias("payload"),
         F.map_concat(
             F.col("headers"), F.create_map(F.lit("source-id"), F.col("id").cast("string"))
         ).alias("headers"),
     )
+    if args.shuffle:
+        # The sink's send-once needs each task's rows in the same order in every
+        # attempt, and a streaming query cannot sort: this holds only while each
+        # batch has one source partition (one map task; see faults_levels).
+        relayed = relayed.repartition(2, "id")
+        if faults is not None:
+            sink = F.udf(functools.partial(touch, "sink", faults), BinaryType())
+            relayed = relayed.withColumn("payload", sink(F.col("payload")))
+    relayed = relayed.drop("id")
     writer = (
         relayed.writeStream.format("bdq")
         .options(**connection)

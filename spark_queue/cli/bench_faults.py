@@ -8,6 +8,9 @@ which needs nodes it can kill. The network fault's proxies listen on
 127.0.0.61 and the next addresses, on the nodes' CQL port. ``--pipeline`` runs
 the random-kill Spark relay instead (spark_queue.bench.faults_pipeline), and
 ``--pipeline --node-fault`` kills a node of the bench's own three beside it.
+The faults ``skew``, ``pause``, ``speculation`` and ``stage-retry`` run that relay
+under the faults of a real cluster instead (spark_queue.bench.faults_levels),
+each checked by source id; ``skew`` needs Debian's ``faketime``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spark_queue.bench.faults_bench import fresh_workdir, run_faults_bench
-from spark_queue.bench.faults_params import FaultsParams, check_faults
+from spark_queue.bench.faults_params import PIPELINE_FAULTS, FaultsParams, check_faults
 from spark_queue.bench.faults_report import HEADERS, level_row, write_report
 from spark_queue.cli.flags import echo_json, echo_progress, json_option
 from spark_queue.config import ConnectionSettings, hosts_from_env
@@ -35,6 +38,7 @@ from spark_queue.local.node import LocalCluster
 from spark_queue.local.node_conf import default_home
 
 if TYPE_CHECKING:
+    from spark_queue.bench.faults_levels import PipelineLevel
     from spark_queue.bench.faults_pipeline import NodeFaults
 
 ADDRESS = "127.0.0.51"
@@ -64,7 +68,8 @@ def _cluster(home: Path) -> LocalCluster:
     "chosen",
     default="network,receiver,node,load",
     show_default=True,
-    help="Comma list of network, receiver, node, load.",
+    help="Comma list of network, receiver, node, load; and of the Spark relay's skew, pause,"
+    " speculation, stage-retry (checked by source id; --messages, --kills for skew).",
 )
 @click.option("--rate", type=click.FloatRange(1), default=None, help="Offered msgs/s of faults.")
 @click.option("--seconds", type=click.FloatRange(1), default=None, help="Sending time per level.")
@@ -80,8 +85,8 @@ def _cluster(home: Path) -> LocalCluster:
     " restarted (needs the bench's own nodes, not BDQ_CASSANDRA_HOSTS).",
 )
 @click.option(
-    "--messages", type=click.IntRange(1), default=20_000, show_default=True,
-    help="With --pipeline: messages the relay carries.",
+    "--messages", type=click.IntRange(1), default=None,
+    help="Messages the relay carries: with --pipeline (20000), per relay level (6000).",
 )  # fmt: skip
 @click.option(
     "--kills", type=click.IntRange(0, 1000), default=10, show_default=True,
@@ -126,15 +131,17 @@ def faults(
     0 in every level: the command exits with 1 otherwise.
     """
     names = check_faults([n.strip() for n in chosen.split(",") if n.strip()])
+    relay_levels = [n for n in names if n in PIPELINE_FAULTS]
+    names = [n for n in names if n not in PIPELINE_FAULTS]
     external = bool(hosts_from_env())
     if node_fault and (not pipeline or external):
         raise InvalidSetting(
             "--node-fault: needs --pipeline and the bench's own three nodes"
             " (BDQ_CASSANDRA_HOSTS unset), so that it can kill and restart them"
         )
-    if pipeline:  # the Spark relay needs the 'spark' extra: say so before any node starts
+    if pipeline or relay_levels:  # the Spark relay needs the 'spark' extra: say so first
         try:
-            from spark_queue.bench import faults_pipeline
+            from spark_queue.bench import faults_levels, faults_pipeline
         except MissingExtra as e:
             raise MissingExtra("bdq bench faults --pipeline", e.extra, e.name) from e
     cluster = None if external else _cluster(cluster_home or default_home() / "faults")
@@ -163,7 +170,11 @@ def faults(
                 assert cluster is not None  # checked above: no BDQ_CASSANDRA_HOSTS
                 seed = random.SystemRandom().randrange(2**31) if seed is None else seed
                 disturb = faults_pipeline.NodeFaults(cluster, seed, echo=echo_progress)
-            _pipeline(settings, workdir, seed=seed, as_json=as_json, disturb=disturb, **options)
+            messages = options.pop("messages") or 20_000
+            _pipeline(
+                settings, workdir, seed=seed, as_json=as_json, disturb=disturb,
+                messages=messages, **options,
+            )  # fmt: skip
             return
         params = FaultsParams.quick(seed) if quick else FaultsParams()
         if seed is not None:
@@ -172,23 +183,37 @@ def faults(
             params = dataclasses.replace(params, rate=options["rate"])
         if options.get("seconds") is not None:
             params = dataclasses.replace(params, seconds=options["seconds"])
-        result = run_faults_bench(
-            settings,
-            params,
-            workdir,
-            cluster=cluster,
-            faults=names,
-            proxy_address=PROXY_ADDRESS,
-            echo=echo_progress,
-        )
+        result = None
+        if names:
+            result = run_faults_bench(
+                settings,
+                params,
+                workdir,
+                cluster=cluster,
+                faults=names,
+                proxy_address=PROXY_ADDRESS,
+                echo=echo_progress,
+            )
+        levels = []
+        if relay_levels:
+            levels = faults_levels.run_pipeline_levels(
+                settings, workdir / "relay", relay_levels,
+                messages=options.get("messages") or (3000 if quick else 6000),
+                kills=2 if quick and options.get("kills") == 10 else options["kills"],
+                seed=params.seed, lease=8.0 if quick else 10.0, echo=echo_progress,
+            )  # fmt: skip
     finally:
         if cluster is not None and not keep_cluster:
             cluster.stop(echo=echo_progress)
         shutil.rmtree(workdir, ignore_errors=True)
+    command = shlex.join(["bdq", "bench", "faults", *sys.argv[3:]])
+    if "--seed" not in sys.argv:
+        command += f" --seed {params.seed}"
+    if levels:
+        _relay_levels(levels, as_json, report_dir, command)
+    if result is None:
+        return
     if report_dir is not None:
-        command = shlex.join(["bdq", "bench", "faults", *sys.argv[3:]])
-        if "--seed" not in sys.argv:
-            command += f" --seed {params.seed}"
         for path in write_report(result, report_dir, command):
             echo_progress(f"wrote {path}")
     if as_json:
@@ -207,6 +232,33 @@ def faults(
             click.echo(f"saturation: {result.saturation:g} msgs/s offered (p99 within 200 ms)")
     if result.lost:
         raise click.ClickException(f"{result.lost} messages lost: a defect, please report it")
+
+
+def _relay_levels(
+    levels: list[PipelineLevel], as_json: bool, report_dir: Path | None, command: str
+) -> None:
+    """Print (or write) the relay levels; exit 1 when one of them was not exactly once."""
+    from spark_queue.bench.faults_levels import LEVEL_HEADERS, level_cells, levels_markdown
+
+    if report_dir is not None:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        path = report_dir / "relay-levels.md"
+        path.write_text(levels_markdown(levels, command))
+        echo_progress(f"wrote {path}")
+    if as_json:
+        echo_json([level.__dict__ | {"exactly_once": level.exactly_once} for level in levels])
+    else:
+        table = Table(*LEVEL_HEADERS, title="the Spark relay under faults (by source id)")
+        for level in levels:
+            table.add_row(*level_cells(level))
+        _console().print(table)
+        for level in levels:
+            click.echo(f"{level.fault} {level.level}: " + "; ".join(level.evidence))
+    lost = sum(level.result.missing for level in levels)
+    if lost:
+        raise click.ClickException(f"{lost} messages lost: a defect, please report it")
+    if not all(level.exactly_once for level in levels):
+        raise click.ClickException("a relay level was not exactly once: see its figures")
 
 
 def _pipeline(
