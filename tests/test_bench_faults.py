@@ -96,20 +96,23 @@ def test_a_level_is_measured_from_the_receivers_records(tmp_path: Path) -> None:
     # Given two receivers' records: (0, 2) arrives twice, (1, 1) before (1, 0),
     # a corrupt payload, and a line cut short by a SIGKILL
     (tmp_path / "receiver-0.txt").write_text(
-        "100.0 12.5 0 0 1\n100.1 -1 0 1 1\n100.2 -1 0 2 1\n103.0 30.0 0 2 1\n103.1 -1 9 9 0\n"
+        "100.0 12.5 0 0 1 10\n100.1 -1 0 1 1 11\n100.2 -1 0 2 1 12\n103.0 30.0 0 2 1 12\n"
+        "103.1 -1 9 9 0 99\n103.5 -1 1 1 1 31\n"
     )
-    (tmp_path / "receiver-1.txt").write_text("100.5 20.0 1 1 1\n101.5 8.0 1 0 1\n102.0 4.")
+    (tmp_path / "receiver-1.txt").write_text("100.5 20.0 1 1 1 21\n101.5 8.0 1 0 1 20\n102.0 4.")
     result = LevelResult("receiver", "p=0.1", offered=10, seconds=1)
     sent = {(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)}
 
     _measure(result, sent, [5.0, 7.0], tmp_path, began_wall=100.0)
 
-    # Then (1, 2) is lost, one duplicate, one corrupt, one of five out of order
-    assert (result.lost, result.corrupt, result.deliveries, result.distinct) == (1, 1, 7, 5)
-    assert result.duplication == pytest.approx(1 / 6)
+    # Then (1, 2) is lost, two duplicates, one corrupt, one of five out of order
+    assert (result.lost, result.corrupt, result.deliveries, result.distinct) == (1, 1, 8, 5)
+    assert result.duplication == pytest.approx(2 / 6)
+    # (0, 2) came twice as message 12: a redelivery; (1, 1) as 21 and 31: written twice
+    assert (result.send_duplicates, result.redeliveries) == (1, 1)
     assert result.out_of_order == pytest.approx(1 / 5)
     assert (result.recv_p50, result.send_p50) == (pytest.approx(16.25), pytest.approx(6.0))
-    assert result.throughput == [4, 1, 0, 2]  # deliveries per second since 100.0
+    assert result.throughput == [4, 1, 0, 3]  # deliveries per second since 100.0
 
 
 def test_node_faults_take_every_node_in_turn_and_only_in_odd_runs() -> None:

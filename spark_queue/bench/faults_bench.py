@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -203,7 +203,8 @@ class _LevelRunner:
                 result.requests, result.drops = net.stats.requests, net.stats.drops
         _measure(result, sent, send_times, folder, began_wall=began_wall)
         self.echo(
-            f"  sent {result.sent}, lost {result.lost}, duplication {result.duplication:.2%},"
+            f"  sent {result.sent}, lost {result.lost}, duplication {result.duplication:.2%}"
+            f" ({result.send_duplicates} written twice, {result.redeliveries} redelivered),"
             f" out-of-order {result.out_of_order:.2%}, receiver restarts {result.restarts}"
             + (f", {result.drops} of {result.requests} requests dropped" if net else "")
         )
@@ -227,6 +228,13 @@ def _measure(
     result.lost = len(sent - counts.keys())
     if sent:
         result.duplication = (len(intact) - len(counts)) / len(sent)
+    # A send written twice arrives under two ids; a redelivery under the same id again.
+    ids: defaultdict[tuple[int, int], set[int]] = defaultdict(set)
+    for r in rows:
+        if r[4]:
+            ids[(r[2], r[3])].add(r[5])
+    result.send_duplicates = sum(len(v) - 1 for v in ids.values())
+    result.redeliveries = len(intact) - len(counts) - result.send_duplicates
     order = order_stats(intact)
     result.out_of_order, result.displacement = order.out_of_order_rate, order.average_displacement
     if send_times:

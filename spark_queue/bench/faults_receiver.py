@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 sender, seq = parsed if parsed else (-1, -1)
                 # the response time once per receive call (-1 on the batch's other lines)
                 ms = took if i == 0 else -1
-                out.write(f"{now:.4f} {ms:.2f} {sender} {seq} {int(bool(parsed))}\n")
+                out.write(f"{now:.4f} {ms:.2f} {sender} {seq} {int(bool(parsed))} {d.id}\n")
             out.flush()
             os.fsync(out.fileno())  # what is recorded survives the kill below
             if rng.random() < args.crash:

@@ -25,6 +25,9 @@ class LevelResult:
     lost: int = 0
     corrupt: int = 0
     duplication: float = 0.0
+    #: extra copies of a send (one send under several ids), and deliveries again of one id
+    send_duplicates: int = 0
+    redeliveries: int = 0
     out_of_order: float = 0.0
     displacement: float = 0.0
     send_p50: float | None = None

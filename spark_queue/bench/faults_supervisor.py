@@ -89,15 +89,18 @@ class Receivers:
         return self.restarts
 
 
-def read_records(folder: Path) -> list[tuple[float, float, int, int, bool]]:
-    """Every recorded delivery (time, receive ms or -1, sender, seq, intact), in time order."""
+def read_records(folder: Path) -> list[tuple[float, float, int, int, bool, int]]:
+    """Every recorded delivery (time, receive ms or -1, sender, seq, intact, message id).
+
+    In time order. A line cut by a SIGKILL mid-write is no delivery.
+    """
     rows = []
     for path in folder.glob("receiver-*.txt"):
         for line in path.read_text().splitlines():
             parts = line.split()
-            if len(parts) == 5:  # a line cut by a SIGKILL mid-write is not a delivery
-                at, ms, sender, seq, ok = parts
-                rows.append((float(at), float(ms), int(sender), int(seq), ok == "1"))
+            if len(parts) == 6:
+                at, ms, sender, seq, ok, mid = parts
+                rows.append((float(at), float(ms), int(sender), int(seq), ok == "1", int(mid)))
     rows.sort(key=lambda r: r[0])
     return rows
 
