@@ -60,7 +60,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_queue.defaults import ACK_PLAIN_MARGIN, COUNT_BUDGET
-from spark_queue.engine.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.engine.dead_letters import (
+    HEADER_DELIVERIES,
+    HEADER_ORIGINAL_ID,
+    HEADER_REJECT_REASON,
+    HEADER_SOURCE,
+)
 from spark_queue.engine.receiving import PREFETCH_HOLD_MS
 from spark_queue.engine.redrive import HEADER_REDRIVES, RedriveResult
 from spark_queue.message import Delivery, Message, QueueStats, Receipt
@@ -74,6 +79,8 @@ EPS = 0.005
 OWN_SLACK = 0.1
 #: Seconds a handle may lease rows it read ahead (``receiving.PREFETCH_HOLD_MS``), plus slack.
 READ_AHEAD_HOLD = PREFETCH_HOLD_MS / 1000 + 0.2
+#: The reason the model's rejects give.
+REJECT_REASON = "model"
 
 PRESENT = "present"
 ACKED = "acked"
@@ -520,6 +527,55 @@ class PromiseModel:
         self.own.get((client, r.queue), {}).pop(r.id, None)
         return Issued(new_receipt, r.queue, r.id, new.lease, client)
 
+    def check_reject(
+        self,
+        client: int,
+        r: Issued,
+        moved: int | None,
+        dlq: str,
+        peeked: Sequence[Message],
+        start: float,
+        end: float,
+    ) -> None:
+        """A reject of ``r`` through ``client`` returned ``moved`` (None: StaleReceipt).
+
+        ``peeked``: the dead-letter queue right after.
+
+        As a visibility change: only while the lease holds. A moved message is in
+        the dead-letter queue once, with the dead-letter headers and the reason.
+        """
+        copy = self.copies[(r.queue, r.id)]
+        current = copy.state == PRESENT and copy.receipt == r.receipt
+        if moved is None:
+            if current and copy.visible_hi > end + MARGIN:
+                raise self.violation(f"reject of the current {r!r} for {copy.name()}: refused")
+            return
+        if not current or copy.visible_hi < start - MARGIN:
+            raise self.violation(
+                f"reject of {r!r}: moved {copy.name()} as {dlq}#{moved}, but it was"
+                f" {copy.state}" + (" under another lease" if current is False else " expired")
+            )
+        key = (r.queue, r.id)
+        if key in self.dead_letters:
+            raise self.violation(f"{copy.name()} moved to {dlq} twice")
+        expected = {
+            **copy.headers,
+            HEADER_SOURCE: r.queue,
+            HEADER_DELIVERIES: str(copy.deliveries),
+            HEADER_ORIGINAL_ID: str(r.id),
+            HEADER_REJECT_REASON: REJECT_REASON,
+        }
+        found = [m for m in peeked if m.id == moved]
+        if len(found) != 1 or found[0].payload != copy.payload or found[0].headers != expected:
+            raise self.violation(
+                f"reject of {copy.name()}: {dlq}#{moved} is {found or 'not there'},"
+                f" expected {copy.payload!r} with headers {expected}"
+            )
+        copy.state, copy.moved_to = MOVED, moved
+        self.dead_letters[key] = moved
+        self.copies[(dlq, moved)] = Copy(dlq, moved, copy.payload, expected, 0.0, end)
+        self.own.get((client, r.queue), {}).pop(r.id, None)  # as its visibility change does
+
     # -- purge, peek, stats --------------------------------------------------------------
 
     def check_purge(self, client: int, queue: str, removed: int, start: float) -> None:
@@ -613,4 +669,6 @@ class PromiseModel:
         return [c for q in queues for c in self.present(q) if c.receipt is not None]
 
 
-_DEAD_LETTER_HEADERS = frozenset((HEADER_SOURCE, HEADER_DELIVERIES, HEADER_ORIGINAL_ID))
+_DEAD_LETTER_HEADERS = frozenset(
+    (HEADER_SOURCE, HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_REJECT_REASON)
+)

@@ -62,7 +62,7 @@ from spark_queue.message import Receipt
 from spark_queue.queue import Queue
 from spark_queue.store.memory import MemoryStore
 from spark_queue.store.session import Store
-from tests.promise_model import Issued, PromiseModel, Violation
+from tests.promise_model import REJECT_REASON, Issued, PromiseModel, Violation
 
 if TYPE_CHECKING:
     from tests.conftest import Backend
@@ -303,6 +303,23 @@ class PromiseMachine(RuleBasedStateMachine):
         )
         if issued is not None:
             self.issued.append(issued)
+
+    @rule(slot=CLIENTS, pick=PICKS)
+    def reject(self, slot: int, pick: int) -> None:
+        receipt = self._pick(pick)
+        if receipt is None or receipt.queue != self.main:
+            return  # only the main queue has a dead-letter queue
+        start = time.time()
+        try:
+            moved: int | None = self._handle(slot, receipt.queue).reject(
+                receipt.receipt, REJECT_REASON
+            )
+        except StaleReceipt:
+            moved = None
+        end = time.time()
+        peeked, p_start, p_end = self._peek(self.dlq)
+        self.model.check_reject(self.numbers[slot], receipt, moved, self.dlq, peeked, start, end)
+        self.model.check_peek(self.dlq, peeked, p_start, p_end)
 
     # -- settings, purge, redrive ----------------------------------------------------------
 

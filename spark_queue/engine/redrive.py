@@ -36,7 +36,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from spark_queue.config import check_int, check_queue_name, check_seconds
 from spark_queue.engine import counters
-from spark_queue.engine.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
+from spark_queue.engine.dead_letters import (
+    HEADER_DELIVERIES,
+    HEADER_ORIGINAL_ID,
+    HEADER_REJECT_REASON,
+    HEADER_SOURCE,
+)
 from spark_queue.errors import InvalidMessage, InvalidSetting, QueueNotFound, SparkQueueError
 
 if TYPE_CHECKING:
@@ -47,7 +52,9 @@ log = logging.getLogger(__name__)
 
 HEADER_REDRIVES = "bdq-redrive-count"
 #: Headers that say why a message is a dead letter; a redrive removes them.
-DEAD_LETTER_HEADERS = frozenset((HEADER_SOURCE, HEADER_DELIVERIES, HEADER_ORIGINAL_ID))
+DEAD_LETTER_HEADERS = frozenset(
+    (HEADER_SOURCE, HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_REJECT_REASON)
+)
 #: Dead letters received per round.
 REDRIVE_BATCH = 100
 #: Idempotent sends in flight at once.
