@@ -312,18 +312,26 @@ def test_send_log_keeps_the_first_reservation_and_moves_ids_only_from_the_record
     log = SendLog(store, uuid.uuid4())
     assert log.read("w", 3, 0, 0) is None
 
-    assert log.reserve("w", 3, 0, 0, [5, 6], 1_000) == (SendState.STAMPED, [5, 6], 1_000)
-    # a later (or concurrent) attempt gets the first one's ids and time
-    assert log.reserve("w", 3, 0, 0, [8, 9], 2_000) == (SendState.STAMPED, [5, 6], 1_000)
-    assert log.reserve("w", 3, 0, 1, [7], 1_500) == (SendState.STAMPED, [7], 1_500)
+    ab, c = [b"digest-a", b"digest-b"], [b"digest-c"]
+    first = (SendState.STAMPED, [5, 6], 1_000, ab)
+    assert log.reserve("w", 3, 0, 0, [5, 6], 1_000, ab) == first
+    # a later (or concurrent) attempt gets the first one's ids, time and digests
+    assert log.reserve("w", 3, 0, 0, [8, 9], 2_000, ab[::-1]) == first
+    assert log.reserve("w", 3, 0, 1, [7], 1_500, c) == (SendState.STAMPED, [7], 1_500, c)
 
     assert log.move_ids("w", 3, 0, 0, [5, 6], [5, 10]) == [5, 10]
     assert log.move_ids("w", 3, 0, 0, [5, 6], [5, 11]) == [5, 10]  # moved already: theirs hold
     log.mark_done("w", 3, 0, 0)
 
-    assert log.read("w", 3, 0, 0) == (SendState.DONE, [5, 10], 1_000)
-    assert log.read("w", 3, 0, 1) == (SendState.STAMPED, [7], 1_500)
+    assert log.read("w", 3, 0, 0) == (SendState.DONE, [5, 10], 1_000, ab)
+    assert log.read("w", 3, 0, 1) == (SendState.STAMPED, [7], 1_500, c)
     assert log.read("w", 4, 0, 0) is None
+    # the records of one part, by chunk: what a retry lays its rows out by
+    assert log.records_of_part("w", 3, 0) == {
+        0: (SendState.DONE, [5, 10], 1_000, ab),
+        1: (SendState.STAMPED, [7], 1_500, c),
+    }
+    assert log.records_of_part("w", 3, 1) == {}
 
 
 def test_the_newest_write_timestamp_wins_whatever_the_order_of_arrival(store: Store) -> None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from spark_queue.config import QueueSettings
 from spark_queue.engine import counters
+from spark_queue.engine.send_order import arrange, row_digest
 from spark_queue.engine.sending import Outgoing, Sender
 from spark_queue.errors import SparkQueueError
 from spark_queue.store.buckets import Buckets
@@ -114,22 +115,41 @@ class Staging:
         self.publish([staged])
         return list(staged.ids)
 
-    def stage(self, key: SendKey, outgoing: Sequence[Outgoing]) -> Staged:
+    def stage_part(
+        self, writer: str, step: int, part: int, outgoing: Sequence[Outgoing], size: int
+    ) -> list[Staged]:
+        """Stage one part's messages in chunks of ``size``, laid out as its first attempt did.
+
+        The part's records are read first, so that an attempt whose rows come in
+        another order puts each under the id its first attempt recorded for it
+        (``send_order.py``).
+        """
+        digests = [row_digest(o) for o in outgoing]
+        records = self._log.records_of_part(writer, step, part)
+        plan = arrange(digests, {n: r.digests for n, r in records.items()}, size)
+        return [
+            self.stage(
+                (writer, step, part, number),
+                [outgoing[i] for i in rows],
+                [digests[i] for i in rows],
+            )
+            for number, rows in plan
+        ]
+
+    def stage(
+        self, key: SendKey, outgoing: Sequence[Outgoing], digests: Sequence[bytes] | None = None
+    ) -> Staged:
         """Write checked messages invisible under the ids recorded for ``key`` (see module doc).
 
+        ``digests``: each message's ``row_digest``, computed here when not given.
+
         Raises:
-            SparkQueueError: An earlier attempt of ``key`` carried another
-                number of messages.
+            SparkQueueError: An earlier attempt of ``key`` carried other messages.
         """
+        digests = [row_digest(o) for o in outgoing] if digests is None else list(digests)
         fresh = self._sender.reserve(len(outgoing))
-        record = self._log.reserve(*key, [i for i, _ in fresh], now_ms())
-        if len(record.ids) != len(outgoing):
-            writer, step, part, chunk = key
-            raise SparkQueueError(
-                f"send of writer {writer!r}, step {step}, part {part}, chunk {chunk} to queue"
-                f" {self._name!r}: {len(outgoing)} messages now, {len(record.ids)} when first"
-                " sent; a repeated send must carry the same messages (is the input deterministic?)"
-            )
+        record = self._log.reserve(*key, [i for i, _ in fresh], now_ms(), digests)
+        outgoing = self._as_recorded(key, outgoing, digests, record)
         delays = tuple(o.delay_ms for o in outgoing)
         stamp = write_timestamp(record)
         if record.state is SendState.DONE:
@@ -149,6 +169,34 @@ class Staging:
                 self._sender.retire(ours, record.written_at, timestamp=stamp + 2)
                 ids = held
         return Staged(key, tuple(ids), delays, record.written_at, stamp, tuple(replaced))
+
+    def _as_recorded(
+        self,
+        key: SendKey,
+        outgoing: Sequence[Outgoing],
+        digests: Sequence[bytes],
+        record: SendRecord,
+    ) -> list[Outgoing]:
+        """``outgoing`` in the order ``record`` holds them (another attempt's, maybe)."""
+        writer, step, part, chunk = key
+        what = f"send of writer {writer!r}, step {step}, part {part}, chunk {chunk}"
+        if len(record.ids) != len(outgoing):
+            raise SparkQueueError(
+                f"{what} to queue {self._name!r}: {len(outgoing)} messages now,"
+                f" {len(record.ids)} when first sent; a repeated send must carry the same"
+                " messages (is the input deterministic?)"
+            )
+        if record.digests is None or list(record.digests) == list(digests):
+            return list(outgoing)  # as recorded (or recorded before digests were kept)
+        try:  # the same messages in another order: put each where the record has it
+            plan = arrange(digests, {0: record.digests}, len(outgoing))
+        except SparkQueueError as e:
+            raise SparkQueueError(
+                f"{what} to queue {self._name!r}: another attempt recorded other messages for"
+                " it (an attempt running at once read its rows in another order, or the input"
+                " is not deterministic); nothing was written: retry the task"
+            ) from e
+        return [outgoing[i] for i in plan[0][1]]
 
     def publish(self, staged: Sequence[Staged]) -> None:
         """Make staged sends visible (each message after its delay), then record them DONE.

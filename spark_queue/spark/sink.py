@@ -172,11 +172,10 @@ def write_batches(
     }
     sent = SinkCommit(part)
     for name, chunks in checked.items():
-        sent.staged[name] = [
-            queues[name].staging.stage((writer, step or 0, part, chunk), outgoing)
-            for chunk, outgoing in enumerate(chunks)
-        ]
-        sent.sent[name] = sum(len(outgoing) for outgoing in chunks)
+        messages = [o for outgoing in chunks for o in outgoing]
+        staging = queues[name].staging
+        sent.staged[name] = staging.stage_part(writer, step or 0, part, messages, CHUNK_ROWS)
+        sent.sent[name] = len(messages)
     return sent
 
 

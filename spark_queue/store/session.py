@@ -95,6 +95,7 @@ ADDED_COLUMNS = (
     ("messages", "payload_bytes", "int"),
     ("messages", "lane", "int"),
     ("queues", "lanes", "int"),
+    ("send_log", "digests", "blob"),
 )
 
 
