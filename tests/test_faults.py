@@ -168,7 +168,7 @@ def test_bench_faults_slice_loses_nothing_and_writes_its_report(
     assert "Lost messages in all: **0**" in (tmp_path / "report" / "report.md").read_text()
 
 
-def test_bench_network_drops_cost_duplicates_never_a_message(
+def test_bench_network_drops_cost_redeliveries_never_a_message_or_a_second_write(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     # Given the bench's workload through its proxies (127.0.0.64-66), which drop
@@ -186,6 +186,9 @@ def test_bench_network_drops_cost_duplicates_never_a_message(
     assert level.drops > 0 and level.requests > level.drops
     assert (level.lost, level.corrupt) == (0, 0)
     assert level.sent > 0 and level.distinct == level.sent
+    # And no send was written twice: a write whose answer was lost is repeated with
+    # its ids and write time (store/retries.py); duplicates are redeliveries only
+    assert level.send_duplicates == 0, level
 
 
 @pytest.mark.spark

@@ -199,8 +199,12 @@ class ShareOwner:
         ``hint`` is the receive's order hint K: the take may start at any of the
         K oldest free shares (more where other consumers own shares: module doc).
 
-        After a fruitless look, the next one waits ``LANE_LOOK_PAUSE`` seconds,
-        doubled up to ``LANE_LOOK_PAUSE_MAX`` (as the lanes' look does).
+        After a look that found visible keyless messages but could take none
+        (others own their shares), the next one waits ``LANE_LOOK_PAUSE``
+        seconds, doubled up to ``LANE_LOOK_PAUSE_MAX`` (as the lanes' look does).
+        A look that found none visible sets no pause: the next receive looks
+        again, so a consumer sees new messages at once, as a lane's owner does
+        (such a look reads only the head buckets not known idle).
 
         Returns:
             The shares taken, oldest first (none: nothing free to take).
@@ -212,12 +216,14 @@ class ShareOwner:
         with self._lock:
             if taken:
                 self._pause = LANE_LOOK_PAUSE
-            else:
+            elif taken is not None:  # visible, but others own them: wait a while
                 self._look_at = time.monotonic() + self._pause
                 self._pause = min(self._pause * 2, LANE_LOOK_PAUSE_MAX)
-        return taken
+        return taken or []
 
-    def _look(self, busy: Busy, want: int, hint: int) -> list[Key]:
+    def _look(self, busy: Busy, want: int, hint: int) -> list[Key] | None:
+        """The shares taken; None when no keyless message was visible at all."""
+        seen = False
         for bucket, ids in busy():
             counts: dict[int, int] = {}
             for i in ids:
@@ -225,6 +231,7 @@ class ShareOwner:
                 counts[index] = counts.get(index, 0) + 1
             if not counts:
                 continue
+            seen = True
             owners = self._ownership.owned_in([bucket])
             with self._lock:
                 mine = set(self._owned)
@@ -258,7 +265,7 @@ class ShareOwner:
                             self._renew_at = time.monotonic() + self.period() / 3
                     return won
                 free = [i for i in free if i not in run]  # others took them first
-        return []
+        return [] if seen else None
 
     def wake(self) -> None:
         """Look at the next receive, without the pause a fruitless look set (a message is back)."""
