@@ -152,6 +152,15 @@ def test_the_cause_is_read_from_the_cpu_counters(
         assert f"other processes {others / 10:.2f} cores" in text
 
 
+def test_the_waits_are_named_when_the_cpu_was_not_the_limit() -> None:
+    waited = point(8, 100, machine_cpu=8.0, receive_p50_ms=41.0, ack_p50_ms=12.0)
+
+    text = saturation_cause(waited, processes=True)
+
+    assert text.startswith("not CPU (0.80 of 2 cores busy")
+    assert "receive p50 41 ms, ack p50 12 ms" in text
+
+
 def test_messages_per_point_scale_with_n_and_have_a_floor() -> None:
     assert work_rate(20) == pytest.approx(50)
     assert messages_for(1, 50, 5) == 250
@@ -257,6 +266,7 @@ def test_a_tiny_sweep_loses_nothing_and_every_receiver_gets_a_share(
         assert all(n > 0 for n in p.per_receiver), p.per_receiver  # everyone did a share
         assert sum(p.per_receiver) == p.deliveries
         assert p.client_cpu is not None and p.client_cpu > 0
+        assert p.receive_p50_ms is not None and p.ack_p50_ms is not None
     report = sweep.to_dict()
     assert report["one_worker_rate"] > 0 and report["work_ms"] == 5
     assert report["processes"] is processes and report["settings"]["send_threads"] == 1

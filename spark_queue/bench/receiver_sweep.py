@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from spark_queue import defaults
+from spark_queue.bench.consistency import percentile
 from spark_queue.bench.cpu_meter import CpuMeter, local_node_pid
 from spark_queue.bench.progress_sink import Progress
 from spark_queue.bench.queue_bench_params import QueueBenchParams
@@ -215,4 +216,12 @@ def _point(
         cassandra_cpu=None if use is None else use.cassandra,
         machine_cpu=None if use is None else use.machine,
         cores=use.cores if use is not None else (os.cpu_count() or 1),
+        receive_p50_ms=_ms(phase.receive_seconds, 50),
+        receive_p99_ms=_ms(phase.receive_seconds, 99),
+        ack_p50_ms=_ms(phase.ack_seconds, 50),
+        ack_p99_ms=_ms(phase.ack_seconds, 99),
     )
+
+
+def _ms(values: Sequence[float], q: float) -> float | None:
+    return percentile(values, q) * 1000 if values else None

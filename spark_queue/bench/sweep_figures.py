@@ -62,6 +62,10 @@ class SweepPoint:
         cassandra_cpu: CPU of the local Cassandra node.
         machine_cpu: Busy time of all the machine's cores.
         cores: Cores of the machine.
+        receive_p50_ms: Median time of a receive that returned messages.
+        receive_p99_ms: Its 99th percentile.
+        ack_p50_ms: Median time of an ``ack_batch``.
+        ack_p99_ms: Its 99th percentile.
     """
 
     receivers: int
@@ -78,6 +82,10 @@ class SweepPoint:
     cassandra_cpu: float | None
     machine_cpu: float | None
     cores: int
+    receive_p50_ms: float | None = None
+    receive_p99_ms: float | None = None
+    ack_p50_ms: float | None = None
+    ack_p99_ms: float | None = None
 
     @property
     def throughput(self) -> float:
@@ -242,8 +250,11 @@ def saturation_cause(point: SweepPoint, *, processes: bool) -> str:
         )
     if machine is None:
         return f"unknown: no CPU counters of the machine (/proc){spent}"
+    waits = ""
+    if point.receive_p50_ms is not None and point.ack_p50_ms is not None:
+        waits = f", receive p50 {point.receive_p50_ms:.0f} ms, ack p50 {point.ack_p50_ms:.0f} ms"
     return (
-        f"not CPU ({machine:.2f} of {point.cores} cores busy{spent}): the receivers waited,"
-        f" {point.empty_receives} empty receives, smallest share"
+        f"not CPU ({machine:.2f} of {point.cores} cores busy{spent}): the receivers waited"
+        f"{waits}, {point.empty_receives} empty receives, smallest share"
         f" {point.share_min * point.receivers:.2f} of an even one"
     )

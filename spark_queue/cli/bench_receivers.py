@@ -131,6 +131,11 @@ def _shares(point: SweepPoint) -> str:
     return f"{point.share_min * 100:.1f}/{point.share_max * 100:.1f} ({even:.1f}{idle})"
 
 
+def _latency(point: SweepPoint) -> str:
+    cells = (point.receive_p50_ms, point.ack_p50_ms)
+    return "/".join("-" if v is None else f"{v:.0f}" for v in cells)
+
+
 def sweep_table(sweep: ReceiverSweep) -> Table:
     """One row per N; the caption says where it saturates and why.
 
@@ -151,6 +156,7 @@ def sweep_table(sweep: ReceiverSweep) -> Table:
         "dup.",
         "lost",
         "share % min/max (even)",
+        "receive/ack p50 ms",
         "CPU ms/msg",
         "cores client/C*/all",
         "load",
@@ -170,6 +176,7 @@ def sweep_table(sweep: ReceiverSweep) -> Table:
             str(p.duplicates),
             f"[red]{p.lost}[/red]" if p.lost else "0",
             _shares(p),
+            _latency(p),
             "-" if per_message is None else f"{per_message:.2f}",
             "/".join(_cores(p, c) for c in (p.client_cpu, p.cassandra_cpu, p.machine_cpu)),
             "-" if p.load is None else f"{p.load:.1f}",
