@@ -8,6 +8,7 @@ never asserted (a benchmark's figures belong in the docs, not in tests).
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.bench.cpu_meter import CpuMeter, machine_busy, process_cpu
@@ -29,6 +31,7 @@ from spark_queue.bench.sweep_figures import (
 )
 from spark_queue.bench.sweep_plot import require_matplotlib, write_sweep_plot
 from spark_queue.cli import main
+from spark_queue.cli.bench_receivers import sweep_table
 from spark_queue.errors import InvalidSetting, SparkQueueError
 
 
@@ -213,6 +216,30 @@ def test_the_plot_is_a_png(tmp_path: Path) -> None:
     path = write_sweep_plot(sweep, tmp_path / "plots" / "sweep.png", "a title")
 
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_table_fits_a_pipe_uncut() -> None:
+    # Given a sweep with wide figures (N = 128, thousands of messages, 4-digit p50s)
+    sweep = ReceiverSweep(
+        points=[point(1, 45), point(128, 1234.5, receive_p50_ms=1161.0, ack_p50_ms=114.0)],
+        work_ms=20,
+        processes=True,
+        settings={
+            "send_threads": 1,
+            "payload_bytes": 2048,
+            "receive_batch": 10,
+            "order_hint": 1,
+            "seed": 22,
+        },
+    )
+    console = Console(width=120, record=True, file=io.StringIO())
+
+    console.print(sweep_table(sweep))
+
+    text = console.export_text()
+    assert "…" not in text  # no cell cut short
+    assert "1,234" in text and "1161/114" in text and "0.21x" in text
+    assert "saturates at N = 128" in text
 
 
 @pytest.mark.parametrize(

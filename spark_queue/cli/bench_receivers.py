@@ -128,7 +128,15 @@ def _cores(point: SweepPoint, cpu: float | None) -> str:
 def _shares(point: SweepPoint) -> str:
     even = 100 / point.receivers
     idle = f", {point.idle_receivers} idle" if point.idle_receivers else ""
-    return f"{point.share_min * 100:.1f}/{point.share_max * 100:.1f} ({even:.1f}{idle})"
+    low, high = point.share_min * 100, point.share_max * 100
+    return f"{low:.3g}-{high:.3g} ({even:.3g}{idle})"
+
+
+_LEGEND = (
+    "\nshare %: each receiver's part of the deliveries, smallest-largest (an even split);"
+    " p50 ms: receive/ack; CPU ms: client CPU per delivery;"
+    " cores: client/Cassandra/machine, CPU over the phase; load: 1-minute load average"
+)
 
 
 def _latency(point: SweepPoint) -> str:
@@ -144,7 +152,15 @@ def sweep_table(sweep: ReceiverSweep) -> Table:
     client (with its receiver processes), Cassandra (the whole node, whoever
     uses it) and the whole machine.
     """
-    table = Table(title=_title(sweep), title_justify="left", caption=sweep.why)
+    # No borders and short headers: thirteen columns fit the 120 of a pipe uncut.
+    table = Table(
+        title=_title(sweep),
+        title_justify="left",
+        caption=sweep.why + _LEGEND,
+        box=None,
+        pad_edge=False,
+        header_style="bold underline",
+    )
     table.caption_justify = "left"
     for name in (
         "N",
@@ -155,13 +171,13 @@ def sweep_table(sweep: ReceiverSweep) -> Table:
         "ratio",
         "dup.",
         "lost",
-        "share % min/max (even)",
-        "receive/ack p50 ms",
-        "CPU ms/msg",
-        "cores client/C*/all",
+        "share %",
+        "p50 ms",
+        "CPU ms",
+        "cores",
         "load",
     ):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", no_wrap=True)
     for p in sweep.points:
         ratio = sweep.ratio(p)
         cell = format_ratio(ratio)
