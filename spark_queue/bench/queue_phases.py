@@ -222,6 +222,10 @@ class ReceivePhase:
     killed_held: int | None = None
     takeover_seconds: float | None = None
     lost_held: int = 0
+    #: Deliveries each receiver got, in receiver order (its share of the work).
+    per_receiver: tuple[int, ...] = ()
+    #: CPU seconds the receiver processes spent from ready to stop; None for threads.
+    receiver_cpu: float | None = None
 
 
 def receive_phase(
@@ -229,7 +233,15 @@ def receive_phase(
     handles: Sequence[Queue],
     senders: Sequence[Sender],
     progress: Progress,
+    *,
+    on_start: Callable[[], None] | None = None,
+    on_end: Callable[[], None] | None = None,
 ) -> ReceivePhase:
+    """Receive, check and ack until every message was seen or the phase stalled.
+
+    ``on_start`` and ``on_end`` are called when the phase's clock starts and
+    stops (every receiver ready; the last one done), for meters of the same span.
+    """
     lock = threading.Lock()
     arrivals: list[tuple[int, int]] = []
     tallies = []
@@ -237,12 +249,13 @@ def receive_phase(
         expected = sum(len(s.payloads) for s in senders if s.queue_index == index)
         tallies.append(Tally(expected, arrivals, lock))
     if params.recv_processes:
-        return _receive_phase_processes(params, handles, tallies, arrivals)
+        return _receive_phase_processes(params, handles, tallies, arrivals, on_start, on_end)
     errors = Errors()
     threads = [(q, t) for q, t in enumerate(tallies) for _ in range(params.recv_threads)]
     receive_times: list[list[float]] = [[] for _ in threads]
     ack_times: list[list[float]] = [[] for _ in threads]
     empties = [0] * len(threads)
+    got_by = [0] * len(threads)
     stalled = threading.Event()
 
     def receive(n: int) -> None:
@@ -274,6 +287,7 @@ def receive_phase(
                 time.sleep(EMPTY_PAUSE)
                 continue
             receive_times[n].append(took)
+            got_by[n] += len(got)
             tally.record([(d.id, d.payload) for d in got])
             if params.receive_delay:
                 time.sleep(params.receive_delay * len(got))
@@ -289,7 +303,9 @@ def receive_phase(
             deliveries = sum(t.deliveries for t in tallies)
         progress(f"receiving: {seen}/{params.messages} messages ({deliveries} deliveries)")
 
-    seconds = run_threads([functools.partial(receive, n) for n in range(len(threads))], report)
+    seconds = run_threads(
+        [functools.partial(receive, n) for n in range(len(threads))], report, on_start, on_end
+    )
     return ReceivePhase(
         seconds=seconds,
         receive_seconds=[t for ts in receive_times for t in ts],
@@ -299,6 +315,7 @@ def receive_phase(
         tallies=tallies,
         stalled=stalled.is_set(),
         errors=errors.count,
+        per_receiver=tuple(got_by),
     )
 
 
@@ -307,6 +324,8 @@ def _receive_phase_processes(
     handles: Sequence[Queue],
     tallies: Sequence[Tally],
     arrivals: list[tuple[int, int]],
+    on_start: Callable[[], None] | None,
+    on_end: Callable[[], None] | None,
 ) -> ReceivePhase:
     """The receive phase with receiver processes (one queue; see ``receiver_processes``)."""
     if len(handles) != 1:
@@ -331,6 +350,8 @@ def _receive_phase_processes(
     def ready() -> None:
         with tally.lock:
             tally.last_new = time.monotonic()  # the stall clock starts with the phase
+        if on_start is not None:
+            on_start()
 
     outcome = run_receiver_processes(
         spec,
@@ -342,6 +363,7 @@ def _receive_phase_processes(
         ready,
         kill_one=params.kill_receiver,
         deadline_after_kill=params.visibility_timeout + params.stall_timeout,
+        on_end=on_end,
     )
     if outcome.held - set(outcome.taken_over):
         # Held but never delivered again: acked after all (its report died with
@@ -367,13 +389,21 @@ def _receive_phase_processes(
         killed_held=len(outcome.held) if outcome.killed else None,
         takeover_seconds=outcome.takeover_seconds,
         lost_held=outcome.lost_held,
+        per_receiver=tuple(outcome.per_receiver),
+        receiver_cpu=outcome.cpu_seconds,
     )
 
 
-def run_threads(work: Sequence[Callable[[], None]], report: Callable[[], None]) -> float:
+def run_threads(
+    work: Sequence[Callable[[], None]],
+    report: Callable[[], None],
+    on_start: Callable[[], None] | None = None,
+    on_end: Callable[[], None] | None = None,
+) -> float:
     """Start every worker at once; return the seconds until the last one finished.
 
-    The first exception of a worker is re-raised here once all have stopped.
+    ``on_start`` and ``on_end`` are called as the clock starts and stops. The
+    first exception of a worker is re-raised here once all have stopped.
     """
     failures: list[BaseException] = []
     start = threading.Barrier(len(work) + 1)
@@ -389,12 +419,16 @@ def run_threads(work: Sequence[Callable[[], None]], report: Callable[[], None]) 
     for thread in threads:
         thread.start()
     start.wait()
+    if on_start is not None:
+        on_start()
     began = time.perf_counter()
     for thread in threads:
         while thread.is_alive():
             thread.join(PROGRESS_INTERVAL)
             report()
     seconds = time.perf_counter() - began
+    if on_end is not None:
+        on_end()
     if failures:
         raise failures[0]
     return seconds

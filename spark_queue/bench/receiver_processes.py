@@ -10,7 +10,9 @@ back when their lease ends, so the takeover time is bounded by the
 visibility timeout (plus one receive).
 
 Each child streams what it received (ids and payloads) and acked through a
-pipe; the parent checks payloads and keeps the run's arrival order.
+pipe; the parent checks payloads and keeps the run's arrival order. A child
+stopped in order also reports the CPU time it spent receiving (from ready to
+stop: its start-up is left out), for the sweep's CPU per message.
 """
 
 from __future__ import annotations
@@ -49,13 +51,17 @@ class ReceiverSpec:
     plain_acks: bool = False
 
 
-def _receiver_main(spec: ReceiverSpec, out: Connection, stop: Any) -> None:
-    """Receive, report, ack, report; until told to stop (runs in the child)."""
+def _receiver_main(spec: ReceiverSpec, out: Connection, go: Any, stop: Any) -> None:
+    """Receive, report, ack, report; from ``go`` until told to stop (runs in the child)."""
     errors = 0
     with QueueClient(settings=spec.settings) as client:
         queue = client.queue(spec.queue)
         queue.plain_acks = queue.plain_acks or spec.plain_acks
         out.send(("ready",))
+        # All start at once: one started early would have the queue to itself while
+        # the others still start (32 interpreters take many seconds on 2 cores).
+        go.wait()
+        cpu = time.process_time()
         while not stop.is_set():
             try:
                 began = time.perf_counter()
@@ -82,6 +88,7 @@ def _receiver_main(spec: ReceiverSpec, out: Connection, stop: Any) -> None:
                 out.send(("error",))
                 if errors > MAX_ERRORS:
                     raise
+        out.send(("cpu", time.process_time() - cpu))
     out.close()
 
 
@@ -97,6 +104,8 @@ class ProcessOutcome:
     killed: bool = False
     held: set[int] = field(default_factory=set)  # received, not known acked, by the killed one
     taken_over: dict[int, float] = field(default_factory=dict)  # id -> seconds after kill
+    per_receiver: list[int] = field(default_factory=list)  # deliveries per process
+    cpu_seconds: float | None = None  # CPU of the processes that reported it (all but killed)
 
     @property
     def takeover_seconds(self) -> float | None:
@@ -123,22 +132,24 @@ def run_receiver_processes(
     *,
     kill_one: bool,
     deadline_after_kill: float,
+    on_end: Callable[[], None] | None = None,
 ) -> ProcessOutcome:
     """Run ``count`` receiver processes until ``done()``; SIGKILL the first halfway if asked.
 
     ``ready()`` is called once every process is connected, when the clock starts.
     With ``kill_one``, the phase also waits (up to ``deadline_after_kill`` s
     after the kill) until every message the killed receiver held was
-    delivered to another one.
+    delivered to another one. ``on_end()`` is called when the clock stops,
+    before the processes are told to stop.
     """
     context = multiprocessing.get_context("spawn")
-    stop = context.Event()
-    outcome = ProcessOutcome()
+    go, stop = context.Event(), context.Event()
+    outcome = ProcessOutcome(per_receiver=[0] * count)
     lock = threading.Lock()
     pipes, processes = [], []
     for _ in range(count):
         parent_end, child_end = context.Pipe(duplex=False)
-        process = context.Process(target=_receiver_main, args=(spec, child_end, stop))
+        process = context.Process(target=_receiver_main, args=(spec, child_end, go, stop))
         process.start()
         child_end.close()
         pipes.append(parent_end)
@@ -147,6 +158,7 @@ def run_receiver_processes(
         pipe.recv()  # "ready": every interpreter and session is up before the clock starts
     began = time.perf_counter()
     ready()
+    go.set()
     kill_due = threading.Event()
     killed_at: list[float] = []
     delivered_by_killed: set[int] = set()
@@ -164,9 +176,12 @@ def run_receiver_processes(
                     outcome.empty_receives += 1
                 elif kind == "error":
                     outcome.errors += 1
+                elif kind == "cpu":
+                    outcome.cpu_seconds = (outcome.cpu_seconds or 0.0) + message[1]
                 elif kind == "got":
                     outcome.receive_seconds.append(message[1])
                     ids = [i for i, _ in message[2]]
+                    outcome.per_receiver[n] += len(ids)
                     if n == 0 and not killed_at:
                         delivered_by_killed.update(ids)
                         if kill_due.is_set():
@@ -214,6 +229,8 @@ def run_receiver_processes(
                 break
             time.sleep(0.05)
         outcome.seconds = time.perf_counter() - began
+        if on_end is not None:
+            on_end()
     finally:
         stop.set()
         for process in processes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -13,8 +14,10 @@ from spark_queue.bench.queue_bench import run_order_sweep, run_queue_bench
 from spark_queue.bench.queue_bench_results import OrderSweep, QueueBenchResult
 from spark_queue.cli.bench_flags import run_options
 from spark_queue.cli.bench_output import format_rate, format_ratio, progress_status, stdout_console
+from spark_queue.cli.bench_receivers import given, parse_receivers, run_sweep
 from spark_queue.cli.flags import connection_options, echo_json, json_option
 from spark_queue.config import ConnectionSettings
+from spark_queue.errors import InvalidSetting
 
 SWEEP_ORDER_HINTS = (1, 2, 3)
 
@@ -77,11 +80,17 @@ SWEEP_ORDER_HINTS = (1, 2, 3)
     help="Seconds a received message stays invisible.",
 )
 @click.option(
+    "--work-ms",
+    type=click.FloatRange(0, 60_000),
+    default=None,
+    help="Milliseconds of simulated work per delivered message (a sleep before its ack)."
+    "  [default: 20 with --sweep-receivers, else 0]",
+)
+@click.option(
     "--receive-delay",
     type=click.FloatRange(0),
     default=0.0,
-    show_default=True,
-    help="Seconds of processing per received message, before the ack.",
+    hidden=True,  # the same as --work-ms, in seconds; kept for older scripts
 )
 @click.option(
     "--send-batch",
@@ -117,17 +126,87 @@ SWEEP_ORDER_HINTS = (1, 2, 3)
     is_flag=True,
     help="Ack with a read and a plain write while the lease surely holds, even on one node.",
 )
+@click.option(
+    "--sweep-receivers",
+    metavar="N,N,...",
+    callback=parse_receivers,
+    help="Run once per receiver count (e.g. 1,4,16,32; N = 1 always runs first, the"
+    " reference): throughput against N x one worker's rate, shares, and where it saturates."
+    " Threads, or processes with --recv-processes; one sender thread, no raw baseline.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(0.1, 3600),
+    default=5.0,
+    show_default=True,
+    help="With --sweep-receivers: about how long a point that scales receives; its M is"
+    " max(200, N x one worker's rate x seconds) unless --messages is given.",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="With --sweep-receivers: write a PNG of throughput and ideal against N"
+    " (needs matplotlib: the 'dev' extra).",
+)
+@click.option(
+    "--cassandra-pid",
+    type=click.IntRange(1),
+    default=None,
+    help="With --sweep-receivers: pid of the Cassandra node, for its CPU time."
+    "  [default: the local node's, from <BDQ_HOME>/node1/cassandra.pid]",
+)
 @run_options
 @connection_options
 @json_option
-def queue(settings: ConnectionSettings, as_json: bool, sweep_k: bool, **options: Any) -> None:
+def queue(
+    settings: ConnectionSettings,
+    as_json: bool,
+    sweep_k: bool,
+    sweep_receivers: tuple[int, ...] | None,
+    work_ms: float | None,
+    seconds: float,
+    plot: Path | None,
+    cassandra_pid: int | None,
+    **options: Any,
+) -> None:
     """Send M messages, then receive and ack them; print rates, latencies and consistency.
 
     Follows the BlueDove paper's client-level method: all senders start at
     once; once they are done, all receivers start at once. Loss, duplication
     and order are checked from the sequence number and checksum in every
     payload. Each run uses fresh queues and removes them at the end.
+
+    With --sweep-receivers, one such run per receiver count on keyless
+    messages from one sender thread, each receiver working --work-ms per
+    message (issue 22): does throughput grow with the receivers?
     """
+    if work_ms is not None:
+        if given("receive_delay"):
+            raise InvalidSetting(
+                "--receive-delay: the same as --work-ms, in seconds; give only --work-ms"
+            )
+        options["receive_delay"] = work_ms / 1000
+    if sweep_receivers is not None:
+        if sweep_k:
+            raise InvalidSetting(
+                "--sweep-k: one sweep at a time; drop --sweep-k or --sweep-receivers"
+            )
+        run_sweep(
+            settings,
+            as_json=as_json,
+            receivers=sweep_receivers,
+            work_ms=work_ms,
+            seconds=seconds,
+            plot=plot,
+            cassandra_pid=cassandra_pid,
+            options=options,
+        )
+        return
+    for name, value in (("plot", plot), ("cassandra_pid", cassandra_pid)):
+        if value is not None:
+            flag = "--" + name.replace("_", "-")
+            raise InvalidSetting(f"{flag}: only with --sweep-receivers (e.g. 1,4,16,32); add it")
     if sweep_k:
         options.pop("order_hint")
         with progress_status() as progress:
@@ -164,7 +243,8 @@ def _title(result: QueueBenchResult) -> str:
         f" Tsend={p.send_threads} Trecv={p.recv_threads} K={p.order_hint}"
         f" send {'async (producer)' if p.async_send else f'batch {p.send_batch}'},"
         f" receive batch {p.receive_batch},"
-        f" visibility {p.visibility_timeout:g}s, receive delay {p.receive_delay:g}s, seed {p.seed}"
+        f" visibility {p.visibility_timeout:g}s, work {p.receive_delay * 1000:g} ms/msg,"
+        f" seed {p.seed}"
         + (", plain acks" if p.plain_acks else "")
         + (
             f"; raw baseline: prepared INSERTs, {p.baseline_concurrency} in flight"
