@@ -193,7 +193,7 @@ class ShareOwner:
                 else:  # lost (renewed too late: someone took it), or dropped meanwhile
                     self._owned.pop(share, None)
 
-    def look(self, busy: Busy, want: int, hint: int = 1, *, force: bool = False) -> list[Key]:
+    def look(self, busy: Busy, want: int, hint: int = 1) -> list[Key]:
         """Take free shares covering about ``SHARE_TAKE * want`` visible keyless messages.
 
         ``hint`` is the receive's order hint K: the take may start at any of the
@@ -210,7 +210,7 @@ class ShareOwner:
             The shares taken, oldest first (none: nothing free to take).
         """
         with self._lock:
-            if not force and time.monotonic() < self._look_at:
+            if time.monotonic() < self._look_at:
                 return []
         taken = self._look(busy, max(1, want) * SHARE_TAKE, hint)
         with self._lock:
