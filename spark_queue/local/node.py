@@ -158,6 +158,10 @@ class LocalCluster:
         )
         return [self._recorded(i) for i in indexes]
 
+    def has_roles(self) -> bool:
+        """Whether node 1 was last started with ``auth=True`` (it asks for a password)."""
+        return self._recorded(1).auth
+
     def _recorded(self, index: int) -> NodeSpec:
         """The spec a node was last started with (ports and address are recorded on start)."""
         spec = self.node(index)
@@ -254,6 +258,11 @@ class LocalCluster:
                     f"node{index} already running at {recorded.address}:{recorded.native_port}"
                     f" (pid {pid}, Cassandra {version})"
                 )
+                if recorded.auth != auth:
+                    echo(
+                        f"node{index} keeps running {'with' if recorded.auth else 'without'}"
+                        f" roles: auth={auth} applies after bdq cassandra stop"
+                    )
                 continue
             foreign = probe_cql(spec.address, spec.native_port)
             if foreign is not None:
