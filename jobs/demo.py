@@ -28,7 +28,7 @@ from pyspark.errors import StreamingQueryException
 from jobs.order_producer import produce
 from jobs.orders import sample_orders
 from jobs.pipeline_run import build_session, ensure_queues, run_pipeline
-from jobs.settings import add_connection_flags, connection_settings, load_config
+from jobs.settings import add_connection_flags, connection_settings, job_settings, load_config
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting, SparkQueueError
@@ -44,7 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument(
-        "--orders", type=int, metavar="N", help="orders to seed (default: [producer] count)"
+        "--orders",
+        dest="count",  # the [producer] count of the config file
+        type=int,
+        metavar="N",
+        help="orders to seed (default: [producer] count)",
     )
     parser.add_argument(
         "--malformed",
@@ -67,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
-        settings = connection_settings(args, config)
-        count = config.producer.count if args.orders is None else args.orders
-        fraction = config.producer.malformed_fraction if args.malformed is None else args.malformed
+        values = job_settings(args, config)
+        settings = connection_settings(values)
+        count, fraction = values["count"], values["malformed"]
         if count < 0:
             raise InvalidSetting(f"--orders {count}: must be a whole number >= 0")
         if not 0 <= fraction <= 1:

@@ -35,6 +35,7 @@ from jobs.settings import (
     JobConfig,
     add_connection_flags,
     connection_settings,
+    job_settings,
     load_config,
 )
 from spark_queue.client import QueueClient
@@ -209,15 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
-        settings = connection_settings(args, config)
-        defaults = config.producer
+        values = job_settings(args, config)
+        settings = connection_settings(values)
         count = args.count
-        if count is None and args.duration is None:
-            count = defaults.count
-        fraction = defaults.malformed_fraction if args.malformed is None else args.malformed
+        if count is None and args.duration is None:  # --duration alone: no count from the file
+            count = values["count"]
+        fraction = values["malformed"]
         _check("--malformed", fraction, "must be a share from 0 to 1", 0 <= fraction <= 1)
-        rate = defaults.rate if args.rate is None else args.rate
-        batch_size = defaults.batch_size if args.batch_size is None else args.batch_size
+        rate, batch_size = values["rate"], values["batch_size"]
         check_bounds(rate, count, args.duration, batch_size)
         orders = sample_orders(None, fraction, seed=args.seed, prefix=f"o-{uuid.uuid4().hex[:8]}")
         with QueueClient(settings=settings) as client:

@@ -38,7 +38,7 @@ if __package__ in (None, ""):
 from pyspark.errors import StreamingQueryException
 
 from jobs.pipeline_run import build_session, run_pipeline
-from jobs.settings import add_connection_flags, connection_settings, load_config
+from jobs.settings import add_connection_flags, connection_settings, job_settings, load_config
 from spark_queue.errors import SparkQueueError
 from spark_queue.spark.options import parse_duration
 
@@ -114,11 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--max-messages-per-trigger {args.max_messages_per_trigger}: must be >= 1")
     try:
         config = load_config(args.config)
-        settings = connection_settings(args, config)
+        values = job_settings(args, config)
+        settings = connection_settings(values)
         if args.continuous:  # fail before Spark starts, not after
-            parse_duration(
-                "--trigger-interval", args.trigger_interval or config.pipeline.trigger_interval
-            )
+            parse_duration("--trigger-interval", values["trigger_interval"])
     except SparkQueueError as e:
         parser.error(str(e))
     spark = build_session(config.pipeline.app_name)
@@ -129,11 +128,11 @@ def main(argv: list[str] | None = None) -> int:
             config,
             settings,
             continuous=args.continuous,
-            trigger_interval=args.trigger_interval,
+            trigger_interval=values["trigger_interval"],
             run_for=args.run_for,
             checkpoint=args.checkpoint,
             writer_id=args.writer_id,
-            max_messages_per_trigger=args.max_messages_per_trigger,
+            max_messages_per_trigger=values["max_messages_per_trigger"],
         )
     except SparkQueueError as e:
         print(f"pipeline.py: error: {e}", file=sys.stderr)

@@ -2,8 +2,12 @@
 
 One precedence order for every value: a flag wins over its ``BDQ_*``
 environment variable, which wins over the file, which wins over the library's
-defaults. The file is read and checked once; a bad value fails before anything
-touches Spark or Cassandra, with a message naming the file, the key and the rule.
+defaults. ``job_settings`` is the one place that says so, as the layers of a
+``collections.ChainMap`` looked up in that order; the jobs keep their argparse
+command lines (spark-submit runs them as plain scripts) and read every value
+through it. The file is read and checked once; a bad value fails before
+anything touches Spark or Cassandra, with a message naming the file, the key
+and the rule.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import math
 import os
 import tomllib
+from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +139,24 @@ class JobConfig:
     def queues(self) -> tuple[QueueSpec, QueueSpec, QueueSpec]:
         """The three queues, in pipeline order."""
         return (self.orders, self.shipments, self.rejected)
+
+    def flag_values(self) -> dict[str, Any]:
+        """The file's value (its built-in default when the file has none) of each job flag.
+
+        Keyed by the flag's argparse ``dest``: ``--max-messages-per-trigger`` is
+        ``max_messages_per_trigger``, and every job's ``--malformed`` is the
+        ``[producer]`` table's ``malformed_fraction``. Connection keys appear only
+        when the file sets them, so that ``ConnectionSettings`` keeps its defaults.
+        """
+        return {
+            **self.connection,
+            "count": self.producer.count,
+            "rate": self.producer.rate,
+            "batch_size": self.producer.batch_size,
+            "malformed": self.producer.malformed_fraction,
+            "trigger_interval": self.pipeline.trigger_interval,
+            "max_messages_per_trigger": self.pipeline.max_messages_per_trigger,
+        }
 
 
 def _bad(where: str, key: str, value: object, rule: str) -> InvalidSetting:
@@ -303,20 +326,39 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--consistency", help=f"one of {', '.join(CONSISTENCY_LEVELS)}")
 
 
-def connection_settings(
+def job_settings(
     args: argparse.Namespace, config: JobConfig, env: Mapping[str, str] | None = None
-) -> ConnectionSettings:
-    """Connection settings: flags, then the ``BDQ_*`` environment, then the config file."""
+) -> ChainMap[str, Any]:
+    """Every setting of a job by its flag's ``dest``, in the jobs' one precedence order.
+
+    The layers, looked up first to last: the flags given on the command line
+    (argparse leaves the others None), the ``BDQ_*`` variables of the connection
+    flags (an empty one counts as unset), then ``config``: the file's values over
+    the built-in defaults (``JobConfig.flag_values``).
+
+    Args:
+        args: The parsed command line.
+        config: The checked ``--config`` file.
+        env: The environment to read (default ``os.environ``).
+    """
     env = os.environ if env is None else env
-    given: dict[str, Any] = {}
-    for field in _FILE_CONNECTION_KEYS:
-        flag = getattr(args, field, None)
-        from_env = bool(env.get(ENV_VARS.get(field, ""), ""))
-        if flag is not None:
-            given[field] = flag
-        elif not from_env:  # None lets from_env() read the variable
-            given[field] = config.connection.get(field)
-    return ConnectionSettings.from_env(env, **given)
+    given = {dest: value for dest, value in vars(args).items() if value is not None}
+    from_env = {key: env[ENV_VARS[key]] for key in _FILE_CONNECTION_KEYS if env.get(ENV_VARS[key])}
+    return ChainMap(given, from_env, config.flag_values())
+
+
+def connection_settings(
+    settings: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> ConnectionSettings:
+    """The connection of ``job_settings``; credentials and TLS come from ``BDQ_*`` variables only.
+
+    Args:
+        settings: What ``job_settings`` returned.
+        env: The same environment it read (default ``os.environ``).
+    """
+    return ConnectionSettings.from_env(
+        env, **{key: settings.get(key) for key in _FILE_CONNECTION_KEYS}
+    )
 
 
 def read_spark_defaults(path: Path = SPARK_DEFAULTS) -> dict[str, str]:

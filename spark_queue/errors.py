@@ -31,7 +31,7 @@ from collections.abc import Mapping
 #: (a test holds this to pyproject.toml's [project.optional-dependencies]).
 EXTRAS: Mapping[str, tuple[str, ...]] = {
     "spark": ("pyspark", "pyarrow", "pandas"),
-    "local": ("cryptography",),
+    "local": ("yaml", "psutil", "cryptography"),
     "metrics": ("prometheus_client",),
 }
 
@@ -136,7 +136,8 @@ class MissingExtra(SparkQueueError, ImportError):
     """A part of spark-queue needs packages of an extra that is not installed.
 
     The core install (the client and the ``bdq`` command) leaves out Spark, the
-    local node's certificates and the Prometheus exporter; the part that needs
+    local node's libraries (YAML, processes, certificates) and the Prometheus
+    exporter; the part that needs
     one of them raises this when it is first imported or used, naming the pip
     command that adds it.
 

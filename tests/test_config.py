@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import trustme
 
 from spark_queue.config import ConnectionSettings, parse_duration
 from spark_queue.errors import InvalidSetting
@@ -18,9 +19,13 @@ SECRET = "s3cret-Pa55"
 
 @pytest.fixture
 def pem(tmp_path: Path) -> Path:
-    from spark_queue.local.certificates import make_certificates
-
-    return make_certificates(tmp_path / "tls").folder
+    """A folder with a CA (ca.pem) and a client certificate it signed (client.pem, client.key)."""
+    ca = trustme.CA()
+    client = ca.issue_cert("bdq-client.example")
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    client.cert_chain_pems[0].write_to_path(str(tmp_path / "client.pem"))
+    client.private_key_pem.write_to_path(str(tmp_path / "client.key"))
+    return tmp_path
 
 
 def test_defaults_negotiate_the_protocol_without_tls() -> None:

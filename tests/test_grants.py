@@ -29,6 +29,7 @@ from click.testing import CliRunner, Result
 from spark_queue import ConnectionSettings, PermissionDenied, QueueClient
 from spark_queue.cli import main
 from spark_queue.config import parse_hosts
+from spark_queue.errors import SparkQueueError
 from spark_queue.local.node import LocalCluster
 from spark_queue.local.node_conf import DEFAULT_SUPERUSER
 from spark_queue.store.driver_errors import translated
@@ -110,9 +111,10 @@ def test_a_refusal_names_the_role_the_permission_and_the_table() -> None:
 
 @dataclass(frozen=True)
 class AuthNode:
-    """The node, its keyspace, and the settings of its superuser."""
+    """The node, its keyspace, the settings of its superuser, and what its start printed."""
 
     superuser: ConnectionSettings
+    started: Result
 
     def as_role(self, role: str, password: str = PASSWORD) -> ConnectionSettings:
         return replace(self.superuser, username=role, password=password)
@@ -133,25 +135,42 @@ def auth_node(
 ) -> Iterator[AuthNode]:
     home = tmp_path_factory.mktemp("auth") / "bdq"
     shutil.copytree(classpath_cache, home / "lib")
-    cluster = LocalCluster(home, address=ADDRESS, jmx_port=JMX_PORT)
+    keyspace = f"g_{uuid.uuid4().hex[:8]}"
+    args = ["cassandra", "start", "--home", str(home), "--address", ADDRESS,
+            "--jmx-port", str(JMX_PORT), "--auth", "--keyspace", keyspace]  # fmt: skip
     try:
-        cluster.start(auth=True)
+        # bdq cassandra start --auth makes the node, and the keyspace as the superuser
+        started = CliRunner().invoke(main, args, env={"BDQ_CASSANDRA_HOSTS": None})
+        assert started.exit_code == 0, f"{started.stdout}\n{started.stderr}"
         user, password = DEFAULT_SUPERUSER
         superuser = ConnectionSettings(
             hosts=parse_hosts([f"{ADDRESS}:9042"]),
-            keyspace=f"g_{uuid.uuid4().hex[:8]}",
+            keyspace=keyspace,
             username=user,
             password=password,
         )
-        QueueClient.create_keyspace(1, settings=superuser)
         with QueueClient(settings=superuser) as client:
             client.create_queue("orders").send_batch([b"a", b"b", b"c"])
-        node = AuthNode(superuser)
+        node = AuthNode(superuser, started)
         for role in ("mon", "prod", "cons", "nobody"):
             _cql(node, f"CREATE ROLE {role} WITH PASSWORD = '{PASSWORD}' AND LOGIN = true")
         yield node
     finally:
-        cluster.stop()
+        LocalCluster(home).stop()
+
+
+def test_start_with_auth_made_the_keyspace_and_says_how_to_log_in(auth_node: AuthNode) -> None:
+    out = auth_node.started.stdout
+    keyspace = auth_node.superuser.keyspace
+
+    assert f"keyspace {keyspace} created" in out
+    assert "Roles on (PasswordAuthenticator, CassandraAuthorizer)" in out
+    assert "  export BDQ_CASSANDRA_USERNAME=cassandra\n" in out
+    assert "  export BDQ_CASSANDRA_PASSWORD=cassandra\n" in out
+    # Without a login the node answers nobody: the start really turned roles on
+    anonymous = replace(auth_node.superuser, username=None, password=None, connect_timeout=5.0)
+    with pytest.raises(SparkQueueError):
+        QueueClient(settings=anonymous)
 
 
 def _cql(node: AuthNode, statement: str) -> None:

@@ -7,21 +7,22 @@ or ``orders-rejected`` exactly once, with ``orders`` empty afterwards.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from jobs import demo, order_producer, pipeline
 from jobs import orders as rules
 from jobs.order_producer import produce
 from jobs.order_routing import route_orders
@@ -36,7 +37,9 @@ from jobs.pipeline_run import (
 from jobs.settings import (
     DEFAULT_CONFIG,
     JobConfig,
+    ProducerSettings,
     connection_settings,
+    job_settings,
     load_config,
     read_spark_defaults,
 )
@@ -121,18 +124,37 @@ def test_bad_config_names_the_key_and_the_rule(tmp_path: Path, text: str, messag
 
 def test_flags_win_over_environment_which_wins_over_the_file(tmp_path: Path) -> None:
     file = tmp_path / "pipeline.toml"
-    file.write_text("[connection]\nhosts = '10.0.0.1'\nkeyspace = 'from_file'\n")
+    file.write_text(
+        "[connection]\nhosts = '10.0.0.1'\nkeyspace = 'from_file'\n"
+        "[producer]\ncount = 7\n[pipeline]\nmax_messages_per_trigger = 9\n"
+    )
     config = load_config(file)
-    env = {"BDQ_KEYSPACE": "from_env"}
+    env = {"BDQ_KEYSPACE": "from_env", "BDQ_LOCAL_DC": ""}  # an empty variable is unset
 
-    none = argparse.Namespace(hosts=None, keyspace=None, local_dc=None, consistency=None)
-    flags = argparse.Namespace(hosts=None, keyspace="from_flag", local_dc=None, consistency=None)
+    def values(job: Any, *argv: str, env: dict[str, str]) -> Mapping[str, Any]:
+        args = job.build_parser().parse_args(["--config", str(file), *argv])
+        return job_settings(args, config, env=env)
 
-    assert connection_settings(none, config, env={}).keyspace == "from_file"
-    assert connection_settings(none, config, env=env).keyspace == "from_env"
-    assert connection_settings(flags, config, env=env).keyspace == "from_flag"
-    assert str(connection_settings(none, config, env=env).hosts[0]) == "10.0.0.1:9042"
-    options = connector_options(connection_settings(flags, config, env=env))
+    bare = values(demo, env={})
+    from_env = values(demo, env=env)
+    flagged = values(demo, "--keyspace", "from_flag", "--orders", "3", env=env)
+
+    # The file beats the built-in defaults, and fills what no flag or variable gives
+    assert connection_settings(bare, env={}).keyspace == "from_file"
+    assert bare["count"] == 7
+    assert bare["malformed"] == ProducerSettings().malformed_fraction  # not in the file
+    # A BDQ_* variable beats the file; a flag beats the variable
+    assert connection_settings(from_env, env=env).keyspace == "from_env"
+    assert connection_settings(from_env, env=env).local_dc is None
+    assert connection_settings(flagged, env=env).keyspace == "from_flag"
+    assert flagged["count"] == 3
+    # The pipeline's own flags go the same way
+    assert values(pipeline, env={})["max_messages_per_trigger"] == 9
+    assert (
+        values(pipeline, "--max-messages-per-trigger", "4", env={})["max_messages_per_trigger"] == 4
+    )
+    assert values(order_producer, "--rate", "12.5", env={})["rate"] == 12.5
+    options = connector_options(connection_settings(flagged, env=env))
     assert options == {
         "hosts": "10.0.0.1:9042",
         "keyspace": "from_flag",

@@ -8,7 +8,6 @@ never touched. A node start takes about 13 s; the module starts one node twice.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import socket
@@ -17,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 from click.testing import CliRunner, Result
 
@@ -44,11 +44,9 @@ def explain(result: Result) -> str:
 
 def pid_alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
 
 
 def settings_for(address: str, keyspace: str = "bdq") -> ConnectionSettings:

@@ -13,6 +13,7 @@ leaves them to ``make test``.
 from __future__ import annotations
 
 import fnmatch
+import importlib.metadata
 import json
 import os
 import shutil
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
 #: The packages of the extras, which the core install must go without.
-OPTIONAL = ("pyspark", "pyarrow", "pandas", "cryptography", "prometheus_client")
+OPTIONAL = ("pyspark", "pyarrow", "pandas", "yaml", "psutil", "cryptography", "prometheus_client")
 #: Hides OPTIONAL from a Python process, as if they were not installed; then runs bdq.
 BDQ_WITHOUT_EXTRAS = (
     "import sys\n"
@@ -68,11 +69,21 @@ def _constraints() -> dict[str, str]:
 def test_each_extra_brings_the_modules_errors_name_for_it() -> None:
     extras = dict(PROJECT["optional-dependencies"])
     extras.pop("dev")
+    # Import names differ from distribution names (PyYAML installs yaml): ask the installed ones.
+    modules_of: dict[str, set[str]] = {}
+    for module, dists in importlib.metadata.packages_distributions().items():
+        for dist in dists:
+            modules_of.setdefault(canonicalize_name(dist), set()).add(module)
 
     assert extras.keys() == EXTRAS.keys()
     for extra, texts in extras.items():
-        modules = {r.name.replace("-", "_") for r in _requirements(texts)}
-        assert modules == set(EXTRAS[extra]), f"extra {extra!r}"
+        named = set(EXTRAS[extra])
+        everything: set[str] = set()
+        for requirement in _requirements(texts):
+            brought = modules_of.get(canonicalize_name(requirement.name), set())
+            assert brought & named, f"extra {extra!r}: {requirement.name} brings {brought}"
+            everything |= brought
+        assert named <= everything, f"extra {extra!r}: {named - everything} come from none"
 
 
 def test_the_core_leaves_out_spark_cryptography_and_prometheus() -> None:
@@ -154,6 +165,25 @@ def test_without_cryptography_the_certificates_name_the_local_extra(
     assert str(raised.value) == (
         "making the local node's TLS certificates (bdq cassandra start --tls) needs the"
         " 'local' extra (cryptography is not installed): pip install 'spark-queue[local]'"
+    )
+
+
+def test_without_pyyaml_the_node_config_names_the_local_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_queue.local.node_conf import NodeSpec, write_config
+
+    monkeypatch.setitem(sys.modules, "yaml", None)  # restored after the test
+    spec = NodeSpec(1, "127.0.0.1", 9042, 7000, 7199, tmp_path / "node1")
+    spec.make_folders()
+
+    with pytest.raises(MissingExtra) as raised:
+        write_config(spec, TEMPLATES, seed=spec, auto_bootstrap=False, settings={})
+
+    assert raised.value.extra == "local"
+    assert str(raised.value) == (
+        "the local Cassandra node (bdq cassandra) needs the 'local' extra (yaml is not"
+        " installed): pip install 'spark-queue[local]'"
     )
 
 
@@ -345,16 +375,22 @@ def test_the_wheel_holds_the_license_templates_and_metadata(installed: Installed
 def test_the_core_install_has_no_extra_and_finds_its_templates(installed: Installed) -> None:
     probe = f"""
 import importlib.util, json, pathlib, spark_queue
+from spark_queue.errors import MissingExtra
 from spark_queue.local.node import LocalCluster
 from spark_queue.local.node_conf import default_conf_dir, write_config
 node = LocalCluster(home=pathlib.Path("node-home")).node(1)
 node.make_folders()
-write_config(node, default_conf_dir(), seed=node, auto_bootstrap=False, settings={{}})
+try:
+    write_config(node, default_conf_dir(), seed=node, auto_bootstrap=False, settings={{}})
+    refused = None
+except MissingExtra as e:
+    refused = str(e)
 print(json.dumps({{
     "package": spark_queue.__file__,
     "conf": str(default_conf_dir()),
     "present": [m for m in {OPTIONAL!r} if importlib.util.find_spec(m)],
-    "yaml": (node.folder / "conf" / "cassandra.yaml").read_text(),
+    "templates": sorted(p.name for p in default_conf_dir().iterdir()),
+    "refused": refused,
 }}))
 """
     found = json.loads(_checked(installed.run("python", "-c", probe)).stdout)
@@ -362,8 +398,12 @@ print(json.dumps({{
     assert found["present"] == []
     assert found["package"].startswith(str(installed.venv))
     assert found["conf"].startswith(str(installed.venv))
-    assert "rpc_address: 127.0.0.1" in found["yaml"]
-    assert "${" not in found["yaml"]
+    assert found["templates"] == ["cassandra.yaml", "logback.xml", "pom.xml"]
+    # Rendering the node's cassandra.yaml is the local extra's (PyYAML)
+    assert found["refused"] == (
+        "the local Cassandra node (bdq cassandra) needs the 'local' extra (yaml is not"
+        " installed): pip install 'spark-queue[local]'"
+    )
 
 
 @in_a_venv

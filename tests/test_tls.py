@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+import trustme
 from click.testing import CliRunner, Result
 from pyspark.sql import SparkSession
 
@@ -24,7 +25,6 @@ from spark_queue.cli import main
 from spark_queue.config import parse_hosts
 from spark_queue.errors import BackendUnavailable
 from spark_queue.local import cql
-from spark_queue.local.certificates import make_ca
 from spark_queue.local.node import LocalCluster
 from spark_queue.spark.options import connector_options
 
@@ -128,8 +128,10 @@ def test_plain_text_is_refused_with_the_host_and_a_hint(tls_node: TlsNode) -> No
 def test_a_wrong_ca_is_refused_naming_the_certificate_problem(
     tls_node: TlsNode, tmp_path: Path
 ) -> None:
-    other = make_ca(tmp_path / "other", name="some other CA")
-    wrong = replace(tls_node.settings, tls_ca_file=str(other.ca), connect_timeout=5.0)
+    # A CA of the test's own (trustme), which signed nothing the node holds
+    other = tmp_path / "other-ca.pem"
+    trustme.CA(organization_name="some other CA").cert_pem.write_to_path(str(other))
+    wrong = replace(tls_node.settings, tls_ca_file=str(other), connect_timeout=5.0)
 
     with pytest.raises(BackendUnavailable) as caught:
         QueueClient(settings=wrong)

@@ -23,13 +23,18 @@ ran twice, and whether two attempts overlapped in time. They only work in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from spark_queue.errors import MissingExtra
+
+if TYPE_CHECKING:
+    import psutil
 
 #: The executor's JVM main class: the only process the kill may hit.
 EXECUTOR_CLASS = "CoarseGrainedExecutorBackend"
@@ -158,26 +163,45 @@ def _append(folder: Path, event: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def _parent(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
 def _executor_pid() -> int:
     """The executor JVM above this Python worker (worker -> daemon -> JVM); 0 in local mode."""
-    pid = os.getppid()
+    process = _process(os.getppid())
     for _ in range(3):
-        if EXECUTOR_CLASS.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-            return pid
-        pid = _parent(pid)
+        if process is None:
+            break
+        if _is_executor(process):
+            return process.pid
+        process = process.parent()
     return 0
 
 
 def _kill(pid: int) -> None:
     """SIGKILL an executor JVM, after checking that the pid still is one."""
-    try:
-        if EXECUTOR_CLASS.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes():
-            return
-    except FileNotFoundError:  # gone already
+    process = _process(pid)
+    if process is None:
         return
-    os.kill(pid, signal.SIGKILL)
+    import psutil  # _process imported it, or said which extra is missing
+
+    with contextlib.suppress(psutil.NoSuchProcess):  # gone meanwhile
+        if _is_executor(process):
+            # psutil refuses a pid that a new process took over since the lookup.
+            process.kill()
+
+
+def _is_executor(process: psutil.Process) -> bool:
+    return any(EXECUTOR_CLASS in arg for arg in process.cmdline())
+
+
+def _process(pid: int) -> psutil.Process | None:
+    """The process ``pid``, or None if it has exited."""
+    # Imported in the tasks that need it, so that bdq itself runs without the local extra.
+    try:
+        import psutil
+    except ImportError as e:
+        raise MissingExtra(
+            "bdq bench faults --pipeline (its relay's faults)", "local", e.name
+        ) from e
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None

@@ -35,6 +35,7 @@ from spark_queue.local.node import (
     LocalCluster,
     NodeStatus,
 )
+from spark_queue.local.node_conf import DEFAULT_SUPERUSER
 from spark_queue.store.keyspace import Replication, create_keyspace
 
 HOSTS_VAR = ENV_VARS["hosts"]
@@ -133,6 +134,13 @@ def cassandra() -> None:
 )
 @click.option("--tls-required", is_flag=True, help="Like --tls, and refuse plain-text clients.")
 @click.option(
+    "--auth",
+    is_flag=True,
+    help="Ask clients for a password and check their permissions (PasswordAuthenticator,"
+    " CassandraAuthorizer); the node makes Cassandra's default superuser 'cassandra'"
+    " (password 'cassandra'), with which roles are then created.",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(min=1),
     default=START_TIMEOUT,
@@ -162,6 +170,7 @@ def start(
     overrides: dict[str, str],
     tls: bool,
     tls_required: bool,
+    auth: bool,
     timeout: float,
     keyspace: str,
     no_keyspace: bool,
@@ -193,7 +202,7 @@ def start(
     began = time.monotonic()
     mode = "required" if tls_required else "optional" if tls else None
     statuses = cluster.start(
-        nodes, settings=overrides, tls=mode, timeout=timeout, echo=echo_progress
+        nodes, settings=overrides, tls=mode, auth=auth, timeout=timeout, echo=echo_progress
     )
     elapsed = time.monotonic() - began
     for s in statuses:
@@ -208,7 +217,11 @@ def start(
         # status: it is the one at --address and --native-port.
         answering = [s.endpoint for s in statuses if s.index <= nodes]
         answering = answering or [f"{address}:{native_port}"]
-        _create_local_keyspace(cluster, answering, nodes, keyspace, tls=mode is not None)
+        # Log in as the superuser when node 1 has roles (--auth now, or when it was started).
+        roles = cluster.has_roles()
+        _create_local_keyspace(
+            cluster, answering, nodes, keyspace, tls=mode is not None, auth=roles
+        )
     if mode is not None:
         files = cluster.tls_files
         endpoints = ",".join(s.endpoint for s in statuses if s.index <= nodes)
@@ -220,14 +233,32 @@ def start(
             f"  export BDQ_CASSANDRA_TLS_KEY_FILE={files.client_key}\n"
             f"or the connector options tlsCaFile, tlsCertFile and tlsKeyFile with these paths"
         )
+    if cluster.has_roles():
+        user, password = DEFAULT_SUPERUSER
+        click.echo(
+            f"Roles on (PasswordAuthenticator, CassandraAuthorizer); the superuser is {user!r}"
+            f" with the password {password!r}: log in with\n"
+            f"  export {ENV_VARS['username']}={user}\n"
+            f"  export {ENV_VARS['password']}={password}\n"
+            f"then create roles and grant them (bdq keyspace grant ROLE --help)"
+        )
 
 
 def _create_local_keyspace(
-    cluster: LocalCluster, endpoints: list[str], nodes: int, keyspace: str, *, tls: bool
+    cluster: LocalCluster,
+    endpoints: list[str],
+    nodes: int,
+    keyspace: str,
+    *,
+    tls: bool,
+    auth: bool,
 ) -> None:
     """Create ``keyspace`` and its tables on the local nodes where missing; say what was made."""
     files = cluster.tls_files if tls else None
+    user, password = DEFAULT_SUPERUSER if auth else (None, None)
     settings = ConnectionSettings(
+        username=user,
+        password=password,
         hosts=parse_hosts(endpoints),
         keyspace=keyspace,
         tls_ca_file=str(files.ca) if files else None,

@@ -158,6 +158,10 @@ class LocalCluster:
         )
         return [self._recorded(i) for i in indexes]
 
+    def has_roles(self) -> bool:
+        """Whether node 1 was last started with ``auth=True`` (it asks for a password)."""
+        return self._recorded(1).auth
+
     def _recorded(self, index: int) -> NodeSpec:
         """The spec a node was last started with (ports and address are recorded on start)."""
         spec = self.node(index)
@@ -202,7 +206,7 @@ class LocalCluster:
         self,
         nodes: int = 1,
         *,
-        settings: Mapping[str, str] | None = None,
+        settings: Mapping[str, object] | None = None,
         tls: str | None = None,
         auth: bool = False,
         timeout: float = START_TIMEOUT,
@@ -229,12 +233,12 @@ class LocalCluster:
             raise LocalNodeError(f"nodes {nodes}: must be between 1 and 9")
         if tls not in (None, "optional", "required"):
             raise LocalNodeError(f"tls {tls!r}: must be 'optional', 'required' or None")
-        extra = dict(settings or {})
+        extra: dict[str, object] = dict(settings or {})
         if auth:
             extra.update(AUTH_SETTINGS)
         if tls is not None:
-            # Only TLS needs cryptography (the 'local' extra): imported here, so a plain start,
-            # and bdq itself, work with the core install.
+            # Only TLS needs cryptography: imported here, so a plain start goes without it
+            # (and bdq itself, which imports this module, runs with the core install).
             from spark_queue.local.certificates import make_certificates
 
             files = make_certificates(self.tls_files.folder, str(self._first))
@@ -254,6 +258,11 @@ class LocalCluster:
                     f"node{index} already running at {recorded.address}:{recorded.native_port}"
                     f" (pid {pid}, Cassandra {version})"
                 )
+                if recorded.auth != auth:
+                    echo(
+                        f"node{index} keeps running {'with' if recorded.auth else 'without'}"
+                        f" roles: auth={auth} applies after bdq cassandra stop"
+                    )
                 continue
             foreign = probe_cql(spec.address, spec.native_port)
             if foreign is not None:
@@ -313,7 +322,7 @@ class LocalCluster:
         return [Path(p) for p in cache.read_text().strip().split(os.pathsep) if p]
 
     def _write_config(
-        self, spec: NodeSpec, *, auto_bootstrap: bool, settings: Mapping[str, str]
+        self, spec: NodeSpec, *, auto_bootstrap: bool, settings: Mapping[str, object]
     ) -> None:
         spec.make_folders()
         write_config(

@@ -6,6 +6,12 @@ rendered from the template in ``templates/`` (package data, beside this
 module, so an installed wheel has it too) with the node's address, ports and
 extra settings, and the Java command line that runs it. Starting, stopping and
 watching the process is ``node.LocalCluster``'s.
+
+The rendered file is read and written with PyYAML (the ``local`` extra), not
+edited line by line: a setting lands as a YAML value whatever its shape (a
+number, a flag, a nested table such as ``client_encryption_options``), and a
+value that is not YAML is refused before the node starts rather than by the
+node's own parser.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from spark_queue.errors import LocalNodeError
+from spark_queue.errors import LocalNodeError, MissingExtra
 
 # From Cassandra's conf/jvm17-server.options (JPMS, netty) and its G1 settings.
 JVM17_FLAGS = (
@@ -144,7 +150,7 @@ def write_config(
     *,
     seed: NodeSpec,
     auto_bootstrap: bool,
-    settings: Mapping[str, str],
+    settings: Mapping[str, object],
 ) -> None:
     """Render the node's ``cassandra.yaml`` and copy ``logback.xml`` into its ``conf`` folder.
 
@@ -153,10 +159,18 @@ def write_config(
         conf_dir: Folder of the ``cassandra.yaml`` and ``logback.xml`` templates.
         seed: The first node, every node's seed.
         auto_bootstrap: Whether the node streams data in as it joins (every node but the first).
-        settings: Extra top-level ``cassandra.yaml`` settings.
+        settings: Extra top-level ``cassandra.yaml`` settings: a text value is read
+            as YAML (``"8"`` is a number, ``"{a: b}"`` a table), any other value is
+            written as it is.
+
+    Raises:
+        LocalNodeError: The filled-in template is not a YAML table, or a setting's
+            key or value is not one ``cassandra.yaml`` could hold.
+        MissingExtra: PyYAML (the ``local`` extra) is not installed.
     """
     conf = spec.folder / "conf"
-    template = string.Template((conf_dir / "cassandra.yaml").read_text())
+    source = conf_dir / "cassandra.yaml"
+    template = string.Template(source.read_text())
     text = template.substitute(
         cluster_name="bdq-local",
         address=spec.address,
@@ -165,7 +179,7 @@ def write_config(
         storage_port=spec.storage_port,
         auto_bootstrap="true" if auto_bootstrap else "false",
     )
-    (conf / "cassandra.yaml").write_text(_override_yaml(text, settings))
+    (conf / "cassandra.yaml").write_text(render_yaml(text, settings, source))
     shutil.copyfile(conf_dir / "logback.xml", conf / "logback.xml")
     meta = {k: v for k, v in asdict(spec).items() if k != "folder"}
     (spec.folder / "node.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -205,13 +219,57 @@ def jvm_command(
     ]
 
 
-def _override_yaml(text: str, settings: Mapping[str, str]) -> str:
-    """Replace (or append) top-level ``key: value`` lines."""
+#: A key ``--set`` may give: a top-level ``cassandra.yaml`` setting name.
+_KEY = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def render_yaml(text: str, settings: Mapping[str, object], source: Path) -> str:
+    """The filled-in template ``text`` with top-level ``settings`` replaced or added, as YAML.
+
+    Args:
+        text: The template of ``source`` with its fields filled in.
+        settings: Top-level keys and their values; text is read as YAML.
+        source: Where the template came from (named in errors).
+    """
+    # Imported on first use, so that bdq itself runs without the local extra.
+    try:
+        import yaml
+    except ImportError as e:
+        raise MissingExtra("the local Cassandra node (bdq cassandra)", "local", e.name) from e
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise LocalNodeError(
+            f"{source}: not valid YAML once filled in ({e}); fix the template, or unset"
+            " BDQ_CONF_DIR to use the one of the spark_queue package"
+        ) from e
+    if not isinstance(config, dict):
+        raise LocalNodeError(
+            f"{source}: holds {type(config).__name__}, not a table of settings;"
+            " a cassandra.yaml template is a list of 'key: value' lines"
+        )
     for key, value in settings.items():
-        if not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
-            raise LocalNodeError(f"setting {key!r}: must be a top-level cassandra.yaml key")
-        line = f"{key}: {value}"
-        text, count = re.subn(rf"(?m)^{key}:.*$", line, text)
-        if count == 0:
-            text += f"\n{line}\n"
-    return text
+        if not _KEY.fullmatch(key):
+            raise LocalNodeError(
+                f"setting {key!r}: must be a top-level cassandra.yaml key"
+                " (lower case letters, digits and '_'), such as 'concurrent_reads'"
+            )
+        config[key] = _yaml_value(key, value) if isinstance(value, str) else value
+    header = (
+        f"# Rendered by spark-queue from {source} for this node alone;\n"
+        "# change the template or pass --set KEY=VALUE, not this file.\n"
+    )
+    return header + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+
+
+def _yaml_value(key: str, text: str) -> object:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        problem = str(e).splitlines()[0]
+        raise LocalNodeError(
+            f"setting {key}={text!r}: not a YAML value ({problem}); quote text that holds"
+            " YAML signs, and write a table in flow style, such as '{enabled: true}'"
+        ) from e

@@ -4,6 +4,8 @@ What ``node.LocalCluster`` needs from the operating system and the driver, kept
 apart from the cluster's own logic: finding Java 17, telling whether a recorded
 pid still runs (a JVM's zombie holds its ports until its last thread ends),
 waiting for a launched node to exit, and asking a node for its version over CQL.
+A process's state and threads come from psutil (the ``local`` extra), not from
+parsing ``/proc`` by hand.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from spark_queue.errors import LocalNodeError
+from spark_queue.errors import LocalNodeError, MissingExtra
 
 #: Nodes this process launched, by pid (see ``LocalCluster._launch``): reaped here.
 CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -61,24 +63,20 @@ def exited(pid: int) -> bool:
     The main thread of a JVM turns zombie while its other threads are still exiting
     and holding the node's sockets; the ports are free only after the last one.
     """
+    # Imported on first use, so that bdq itself runs without the local extra.
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        import psutil
+    except ImportError as e:
+        raise MissingExtra("the local Cassandra node (bdq cassandra)", "local", e.name) from e
+    try:
+        process = psutil.Process(pid)
+        if process.status() != psutil.STATUS_ZOMBIE:
+            return False
+        return process.num_threads() <= 1
+    except psutil.NoSuchProcess:  # ZombieProcess too: its /proc entry is being torn down
         return True
-    except PermissionError:
+    except psutil.AccessDenied:  # another user's process: it runs
         return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1][:1]
-    except FileNotFoundError:
-        return Path("/proc/self").exists()  # gone since kill(); without /proc, trust kill()
-    except OSError:
-        return False
-    if state != "Z":
-        return False
-    try:
-        return len(os.listdir(f"/proc/{pid}/task")) <= 1
-    except OSError:
-        return True
 
 
 def wait_exit(pid: int, timeout: float) -> bool:

@@ -52,20 +52,19 @@ class TlsFiles:
     def exist(self) -> bool:
         return all(p.is_file() for p in (self.ca, self.ca_key, self.node, self.client_cert))
 
-    def node_settings(self, *, required: bool) -> dict[str, str]:
-        """The ``client_encryption_options`` line of ``cassandra.yaml`` (YAML flow style).
+    def node_settings(self, *, required: bool) -> dict[str, object]:
+        """The ``client_encryption_options`` table of ``cassandra.yaml``.
 
         Args:
             required: Refuse plain-text clients; otherwise both are served on one port.
         """
         options = {
-            "enabled": "true",
-            "optional": "false" if required else "true",
-            "ssl_context_factory": f"{{class_name: {_PEM_FACTORY}}}",
+            "enabled": True,
+            "optional": not required,
+            "ssl_context_factory": {"class_name": _PEM_FACTORY},
             "keystore": str(self.node),
             "truststore": str(self.ca),
             # TLS clients must show a certificate signed by the CA (mutual TLS).
-            "require_client_auth": "true",
+            "require_client_auth": True,
         }
-        body = ", ".join(f"{key}: {value}" for key, value in options.items())
-        return {"client_encryption_options": f"{{{body}}}"}
+        return {"client_encryption_options": options}
