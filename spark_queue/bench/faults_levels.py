@@ -353,6 +353,10 @@ def cluster_level(
         f"{c['stage_reattempts']} source-stage tasks ran again with attemptNumber 0",
         f"executors SIGKILLed: {c['executors_killed']}",
     ]
+    if speculation and not c["on_other_hosts"]:
+        level.evidence.append("NOT TESTED: no second attempt began on another host beside one")
+    if stage_retry and not (c["executors_killed"] and c["stage_reattempts"]):
+        level.evidence.append("NOT TESTED: no source stage ran again after an executor kill")
     for line in level.evidence:
         echo(f"  {line}")
     _finish(level, settings, run, echo)
