@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,12 @@ from spark_queue.bench.faults_levels import (
     pause_level,
     skew_level,
 )
+from spark_queue.bench.spark_standalone import StandaloneCluster
 from tests.helpers import chosen_seed
 
 pytestmark = [pytest.mark.spark, pytest.mark.cassandra, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -83,26 +87,61 @@ def test_a_relay_paused_past_its_lease_and_resumed_as_a_zombie_duplicates_nothin
     assert_exactly_once(level, 4000, tmp_path)
 
 
-@pytest.mark.skipif(
+#: A cluster level took 3.5 minutes here beside a CI run (the relay's JVM, two executors,
+#: their Python workers, three batches), and the cluster 40 s to start: too long for CI.
+long_faults = pytest.mark.skipif(
     os.environ.get("BDQ_LONG_FAULTS") != "1",
-    reason="local-cluster mode takes minutes to start: BDQ_LONG_FAULTS=1 runs it"
-    " (bdq bench faults --faults stage-retry,speculation runs it too)",
+    reason="a relay on a standalone cluster takes minutes: BDQ_LONG_FAULTS=1 runs it"
+    " (bdq bench faults --faults speculation,stage-retry runs it too)",
 )
-def test_a_stage_re_attempt_after_an_executor_kill_with_speculation_on_duplicates_nothing(
-    keyspace: ConnectionSettings, tmp_path: Path
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A standalone master and two 1-core workers on 127.0.0.2 and 127.0.0.3 (two hosts)."""
+    with StandaloneCluster(tmp_path_factory.mktemp("standalone")) as cluster:
+        yield cluster
+
+
+@long_faults
+def test_a_speculative_copy_on_another_host_beside_a_straggler_duplicates_nothing(
+    keyspace: ConnectionSettings, tmp_path: Path, two_hosts: StandaloneCluster
 ) -> None:
-    # Given a relay on two executors with speculation on, a straggling first attempt,
-    # a shuffle after the source, and the executor of batch 1's source stage killed
+    # Given a relay on two hosts with speculation on and the first attempt of
+    # partition 0 of each stage asleep for 3 s with its rows (and leases) in hand
     seed = chosen_seed()
 
     level = cluster_level(
-        keyspace, tmp_path, speculation=True, stage_retry=True, messages=3000, seed=seed
-    )
+        keyspace, tmp_path, speculation=True, stage_retry=False, messages=3000, seed=seed,
+        cluster=two_hosts,
+    )  # fmt: skip
 
-    # Then the source stage ran again (attempt numbers from 0), the workers ran this
-    # checkout, and every source id arrived once
+    # Then a second attempt of a task began on the other host while the first slept
+    # (so both ran at once), the workers ran this checkout, and every source id
+    # arrived once
+    evidence = "\n".join(level.evidence)
+    assert level.counts["on_other_hosts"] >= 1, evidence
+    assert f"spark_queue from {REPO}" in evidence, evidence
+    assert_exactly_once(level, 3000, tmp_path)
+
+
+@long_faults
+def test_a_stage_re_attempt_after_an_executor_kill_duplicates_nothing(
+    keyspace: ConnectionSettings, tmp_path: Path, two_hosts: StandaloneCluster
+) -> None:
+    # Given a relay on two hosts, a shuffle after the source, and the executor of
+    # batch 1's source stage SIGKILLed by the stage after it
+    seed = chosen_seed()
+
+    level = cluster_level(
+        keyspace, tmp_path, speculation=False, stage_retry=True, messages=3000, seed=seed,
+        cluster=two_hosts,
+    )  # fmt: skip
+
+    # Then the source stage ran again (attempt numbers from 0), and every source id
+    # arrived once
     evidence = "\n".join(level.evidence)
     assert level.counts["executors_killed"] == 1, evidence
     assert level.counts["stage_reattempts"] >= 1, evidence
-    assert f"spark_queue from {Path(__file__).parent.parent}" in evidence, evidence
+    assert f"spark_queue from {REPO}" in evidence, evidence
     assert_exactly_once(level, 3000, tmp_path)

@@ -70,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         "--shuffle", action="store_true", help="write in a stage after the source's (by id)"
     )
     parser.add_argument("--fault-folder", default=None, help="record task attempts here")
-    parser.add_argument("--straggle-ms", type=int, default=0, help="partition 0's first attempt")
+    parser.add_argument(
+        "--straggle-ms",
+        type=int,
+        default=0,
+        help="partition 0's first attempt waits for a second up to this",
+    )
     parser.add_argument("--kill-executor-batch", type=int, default=-1, help="its sink stage")
     args = parser.parse_args(argv)
 

@@ -6,9 +6,11 @@ the stage that writes the sink. On the first row of each task attempt the UDF
 appends one line to ``events.jsonl`` in the fault folder: where it ran, the
 batch, stage, partition, attempt number, task attempt id and the time. Then:
 
-* a *straggler*: attempt 0 of partition 0 sleeps ``straggle_ms``, so that
-  speculation (``spark.speculation``) starts a second attempt of that task
-  while the first still runs;
+* a *straggler*: attempt 0 of partition 0 sleeps, so that speculation
+  (``spark.speculation``) starts a second attempt of that task while the first
+  still runs. It sleeps until that attempt records its first row (or at most
+  ``straggle_ms``), notes in ``woke.jsonl`` which attempt it saw, and goes on:
+  then both attempts hold the same rows and write at once;
 * a *killed executor*: partition 0 of the sink stage of batch ``kill_batch``
   SIGKILLs, once (a marker file says it happened), the executor JVMs that ran
   that batch's source stage (their pids are in the source stage's events).
@@ -17,13 +19,15 @@ batch, stage, partition, attempt number, task attempt id and the time. Then:
   count ``attemptNumber`` from 0 again.
 
 The lines tell afterwards what really happened (``read_events``): which tasks
-ran twice, and whether two attempts overlapped in time. They only work in
-``local-cluster`` mode, where executors are processes of their own.
+ran twice, whether two attempts overlapped in time, and on which executor and
+host (the executor JVM's ``--hostname``) each ran. They need executors that are
+processes of their own: a standalone cluster or ``local-cluster`` mode.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import time
@@ -39,6 +43,12 @@ if TYPE_CHECKING:
 #: The executor's JVM main class: the only process the kill may hit.
 EXECUTOR_CLASS = "CoarseGrainedExecutorBackend"
 
+#: The files of the fault folder: one line per task attempt, one per straggler's wake-up.
+EVENTS = "events.jsonl"
+WAKES = "woke.jsonl"
+
+Event = dict[str, Any]
+
 # Task attempts this Python worker has seen: one event per attempt, not per row.
 _seen: set[int] = set()
 
@@ -49,7 +59,8 @@ class RelayFaults:
 
     Attributes:
         folder: Where ``events.jsonl`` and the kill marker go.
-        straggle_ms: Sleep of attempt 0 of partition 0 of every stage; 0 for none.
+        straggle_ms: Longest sleep of attempt 0 of partition 0 of every stage, waiting
+            for a second attempt of its task; 0 for none.
         kill_batch: Batch whose sink stage kills its executor once; -1 for none.
     """
 
@@ -66,6 +77,7 @@ def touch(where: str, faults: RelayFaults, value: bytes) -> bytes:
     if context is None or context.taskAttemptId() in _seen:
         return value
     _seen.add(context.taskAttemptId())
+    executor = _executor_pid()
     batch = int(context.getLocalProperty("streaming.sql.batchId") or -1)
     first_try = context.partitionId() == 0 and context.attemptNumber() == 0
     straggle = faults.straggle_ms if first_try else 0
@@ -85,7 +97,8 @@ def touch(where: str, faults: RelayFaults, value: bytes) -> bytes:
         "at": time.time(),
         "straggle_ms": straggle,
         "kill": kill,
-        "executor": _executor_pid(),
+        "executor": executor,
+        "host": _executor_host(executor),
         "module": __file__,
     }
     _append(Path(faults.folder), event)
@@ -94,13 +107,27 @@ def touch(where: str, faults: RelayFaults, value: bytes) -> bytes:
             if e["where"] == "source" and e["batch"] == batch and e["executor"]:
                 _kill(e["executor"])
     if straggle:
-        time.sleep(straggle / 1000)
+        copy = _await_copy(Path(faults.folder), event, straggle / 1000)
+        woke = {"stage": event["stage"], "task": event["task"], "at": time.time(), "saw": copy}
+        _append(Path(faults.folder), woke, WAKES)
     return value
 
 
-def read_events(folder: Path) -> list[dict[str, Any]]:
-    """The task attempts the UDF recorded, in the order they were written."""
-    path = folder / "events.jsonl"
+def _await_copy(folder: Path, first: Event, seconds: float) -> int:
+    """Sleep until another attempt of ``first``'s task starts: its task id, -1 after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for e in read_events(folder):
+            same = (e["stage"], e["partition"]) == (first["stage"], first["partition"])
+            if same and e["task"] != first["task"] and e["attempt"] > first["attempt"]:
+                return int(e["task"])
+        time.sleep(0.1)
+    return -1
+
+
+def read_events(folder: Path, name: str = EVENTS) -> list[Event]:
+    """The task attempts the UDF recorded (or, with ``WAKES``, the stragglers' wake-ups)."""
+    path = folder / name
     if not path.exists():
         return []
     events = []
@@ -112,23 +139,28 @@ def read_events(folder: Path) -> list[dict[str, Any]]:
     return events
 
 
-def overlapping_attempts(events: list[dict[str, Any]]) -> int:
-    """Task attempts that began while an earlier attempt of the same task still straggled.
+def overlapping_attempts(events: list[Event], wakes: list[Event]) -> list[tuple[Event, Event]]:
+    """Pairs (straggler, later attempt) of one task whose later attempt began during the sleep.
 
-    Two attempts of one task at once: the later one (a speculative copy) read and
-    wrote while the first was asleep with its rows and leases in hand.
+    Two attempts of one task at once: the straggler, asleep with its rows (and
+    leases) in hand, saw the later attempt's first row recorded, then woke and
+    went on, while the later one (a speculative copy) read and wrote.
     """
-    sleeping = {
-        (e["stage"], e["partition"]): (e["at"], e["at"] + e["straggle_ms"] / 1000)
-        for e in events
-        if e["straggle_ms"]
-    }
-    count = 0
-    for e in events:
-        window = sleeping.get((e["stage"], e["partition"]))
-        if e["attempt"] > 0 and window and window[0] <= e["at"] <= window[1]:
-            count += 1
-    return count
+    by_task = {e["task"]: e for e in events}
+    pairs = []
+    for w in wakes:
+        first, later = by_task.get(w["task"]), by_task.get(w["saw"])
+        # a later attempt whose first row came before the straggler's may have ended by then
+        if first and later and first["at"] <= later["at"] <= w["at"]:
+            pairs.append((first, later))
+    return pairs
+
+
+def on_other_hosts(pairs: list[tuple[Event, Event]]) -> int:
+    """How many of ``overlapping_attempts``' pairs ran on two executors of different hosts."""
+    return sum(
+        a["executor"] != b["executor"] and a.get("host", "") != b.get("host", "") for a, b in pairs
+    )
 
 
 def stage_reattempts(events: list[dict[str, Any]]) -> int:
@@ -154,9 +186,9 @@ def _first_time(marker: Path) -> bool:
     return True
 
 
-def _append(folder: Path, event: dict[str, Any]) -> None:
+def _append(folder: Path, event: Event, name: str = EVENTS) -> None:
     # One short O_APPEND write per line: lines of several workers do not interleave.
-    fd = os.open(folder / "events.jsonl", os.O_CREAT | os.O_APPEND | os.O_WRONLY)
+    fd = os.open(folder / name, os.O_CREAT | os.O_APPEND | os.O_WRONLY)
     try:
         os.write(fd, (json.dumps(event) + "\n").encode())
     finally:
@@ -173,6 +205,20 @@ def _executor_pid() -> int:
             return process.pid
         process = process.parent()
     return 0
+
+
+def _executor_host(pid: int) -> str:
+    """The host an executor JVM runs as (its ``--hostname``); "" when unknown."""
+    process = _process(pid) if pid else None
+    if process is None:
+        return ""
+    import psutil  # _process imported it, or said which extra is missing
+
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for flag, value in itertools.pairwise(process.cmdline()):
+            if flag == "--hostname":
+                return value
+    return ""
 
 
 def _kill(pid: int) -> None:
