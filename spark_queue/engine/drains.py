@@ -120,10 +120,12 @@ class Drains:
         a lane done in a bucket acked in before); ``leased``: the buckets the
         receive just leased in, whose acks are still to come.
         """
-        if not self._pending:
+        with self._lock:  # a copy: sibling threads' acks add to the set meanwhile
+            pending = set(self._pending)
+        if not pending:
             return []
         size, tail = self._buckets.bucket_size, self._bounds.tail
-        if any((b + 1) * size > tail for b in self._pending):
+        if any((b + 1) * size > tail for b in pending):
             # This handle may not have seen the tail move (a Spark driver's handle
             # acks steps others received): one read of the sequence says.
             tail = self._tail()

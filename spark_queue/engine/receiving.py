@@ -437,7 +437,8 @@ class Receiver:
             return  # the tail bucket: new messages may land any moment
         if len(self._lane_idle) > IDLE_NOTES:
             head = self._bounds.head
-            self._lane_idle = {k: t for k, t in self._lane_idle.items() if t > now and k[1] >= head}
+            notes = list(self._lane_idle.items())  # a copy: sibling threads add meanwhile
+            self._lane_idle = {k: t for k, t in notes if t > now and k[1] >= head}
         # Until the lane's next message there becomes visible (a lease runs out,
         # a delay ends), and no longer than IDLE_RECHECK.
         until = min([now + int(IDLE_RECHECK * 1000), *lane_visible_at(self._buckets, bucket, lane)])
@@ -446,7 +447,7 @@ class Receiver:
     def unskip(self, bucket: int) -> None:
         """Look at ``bucket`` again on the next receive (a message may be visible there now)."""
         self._bounds.unskip(bucket)
-        self._lane_idle = {k: t for k, t in self._lane_idle.items() if k[1] != bucket}
+        self._lane_idle = {k: t for k, t in list(self._lane_idle.items()) if k[1] != bucket}
         self._lane_floor.clear()
         self._read_ahead.clear()  # an older message may be visible: scan again, in order
         self.shares.wake()  # and may lie in a share let go: look again at once
