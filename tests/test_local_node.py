@@ -11,7 +11,6 @@ import json
 import re
 import shutil
 import socket
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,29 +252,3 @@ def test_bad_setting_fails_with_the_log_tail(node_home: Path) -> None:
     assert "--- last lines of" in result.stderr
     assert "Unable to find enum value 'bogus'" in result.stderr
     assert not pid_alive(int((node_home / "node1" / "cassandra.pid").read_text()))
-
-
-@pytest.mark.slow
-@pytest.mark.multinode
-def test_three_node_cluster(node_home: Path) -> None:
-    # Given three nodes on 127.0.0.31-33 (node1 the seed)
-    args = ["cassandra", "start", "--nodes", "3", "--home", str(node_home),
-            "--address", "127.0.0.31", "--jmx-port", "7260"]  # fmt: skip
-    began = time.monotonic()
-    try:
-        # When they are started
-        result = bdq(args)
-        elapsed = time.monotonic() - began
-        # Then each one answers CQL and node1 sees the other two as peers
-        assert result.exit_code == 0, explain(result)
-        for index in (1, 2, 3):
-            assert f"at 127.0.0.3{index}:9042 (node{index}," in result.stdout
-        status = bdq(["cassandra", "status", "--home", str(node_home), "--json"])
-        assert status.exit_code == 0, explain(status)
-        assert [n["ready"] for n in json.loads(status.stdout)["nodes"]] == [True] * 3
-        with cql.connect(settings_for("127.0.0.31"), only=parse_hosts("127.0.0.31")[0]) as s:
-            peers = sorted(str(row.peer) for row in s.execute("SELECT peer FROM system.peers"))
-        assert peers == ["127.0.0.32", "127.0.0.33"]
-        print(f"three nodes ready in {elapsed:.1f}s")
-    finally:
-        LocalCluster(node_home).stop()

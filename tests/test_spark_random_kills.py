@@ -22,13 +22,15 @@ from tests.helpers import assert_killed_and_exactly_once, chosen_seed
 pytestmark = [pytest.mark.spark, pytest.mark.cassandra, pytest.mark.slow]
 
 MESSAGES = 20_000
-KILLS = 10
+#: One kill per phase (faults_pipeline.PHASES): each run costs a Spark start, about
+#: 30 s here; the seed changes every run, so CI explores new points each time.
+KILLS = 5
 
 
-def test_relay_killed_at_ten_random_points_delivers_each_message_exactly_once(
+def test_relay_killed_at_five_random_points_delivers_each_message_exactly_once(
     keyspace: ConnectionSettings, tmp_path: Path
 ) -> None:
-    # Given 20000 messages and a relay killed at ten points chosen by a seed
+    # Given 20000 messages and a relay killed at five points chosen by a seed, one per phase
     seed = chosen_seed()
     print(f"random-kill pipeline: seed {seed} (BDQ_TEST_SEED={seed} repeats the plan)")
     progress: list[str] = []
