@@ -81,6 +81,12 @@ class Message:
         headers: String key/value pairs sent with it.
         enqueued_at: When it was sent (UTC).
         delivery_count: How many times it has been received.
+        key: The key it was sent with (its unit of order), or None when it was
+            sent without one (or before keys were stored).
+        lane: The lane it was written in, as stored: ``crc32(key) % lanes`` for
+            a keyed message; for a keyless one -1 (``KEYLESS``: in no lane, any
+            consumer may receive it) in a queue of several lanes, and 0 in a
+            queue of one lane. None only in a message not read from a queue.
     """
 
     id: int
@@ -89,6 +95,8 @@ class Message:
     headers: Mapping[str, str] = field(default_factory=dict)
     enqueued_at: datetime | None = None
     delivery_count: int = 0
+    key: str | None = None
+    lane: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

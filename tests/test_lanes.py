@@ -10,17 +10,26 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import CliRunner
 
-from spark_queue import ConnectionSettings, InvalidMessage, InvalidSetting, QueueClient
+from spark_queue import (
+    ConnectionSettings,
+    InvalidMessage,
+    InvalidSetting,
+    KeyspaceNotFound,
+    QueueClient,
+)
 from spark_queue.cli import main
 from spark_queue.engine.lanes import KEYLESS, free_lanes, lane_for, lane_of
 from spark_queue.engine.ownership import ttl_of
 from spark_queue.errors import BackendUnavailable
+from spark_queue.message import Message
 from spark_queue.store.owners import OwnerTable
+from spark_queue.store.session import Store
 
 if TYPE_CHECKING:
     from tests.conftest import Backend
@@ -114,6 +123,39 @@ def test_a_keys_messages_share_its_lane_and_arrive_in_order(client: QueueClient)
         by_key[d.payload.decode().split("-")[0]].append(d.id)
     assert sorted(d.id for d in got) == sorted(ids)
     assert all(seq == sorted(seq) for seq in by_key.values())
+
+
+def keys_and_lanes(messages: Sequence[Message]) -> dict[str, tuple[str | None, int | None]]:
+    """``payload -> (key, lane)`` of each message."""
+    return {m.payload.decode(): (m.key, m.lane) for m in messages}
+
+
+@cassandra
+def test_a_keyspace_made_before_keys_were_stored_gets_the_column_on_upgrade(
+    keyspace: ConnectionSettings,
+) -> None:
+    # Given a keyspace of a version that stored no keys, with a keyed message in it
+    with QueueClient(settings=keyspace) as client:
+        client.create_queue("old", lanes=4).send("before", key="a")
+    store = Store(keyspace)
+    try:
+        store.execute_ddl(f"ALTER TABLE {keyspace.keyspace}.messages DROP key")
+    finally:
+        store.close()
+    # Then a client only looks: it names the missing column and the command that adds it
+    with pytest.raises(KeyspaceNotFound, match=r"no column messages\.key"):
+        QueueClient(settings=keyspace)
+    # When the keyspace is upgraded explicitly
+    report = QueueClient.create_keyspace(1, exist_ok=True, settings=keyspace)
+    assert report.columns_added == ("messages.key",)
+    # Then the older message shows no key but its lane, and a new one its key
+    with QueueClient(settings=keyspace) as client:
+        queue = client.queue("old")
+        queue.send("after", key="a")
+        assert keys_and_lanes(queue.peek(10)) == {
+            "before": (None, lane_of("a", 4)),
+            "after": ("a", lane_of("a", 4)),
+        }
 
 
 @both_stores

@@ -45,6 +45,8 @@ def delivery_of(queue_id: uuid.UUID, m: StoredMessage, w: LeaseWrite) -> Deliver
         headers=m.headers,
         enqueued_at=as_datetime(m.enqueued_at),
         delivery_count=w.delivery_count,
+        key=m.key,
+        lane=m.lane,
         receipt=receipt,
         visible_at=as_datetime(w.visible_at),
     )
@@ -59,4 +61,6 @@ def message_of(m: StoredMessage) -> Message:
         headers=m.headers,
         enqueued_at=as_datetime(m.enqueued_at),
         delivery_count=m.delivery_count,
+        key=m.key,
+        lane=m.lane,
     )

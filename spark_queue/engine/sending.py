@@ -8,6 +8,7 @@
   ``visible_at`` = now + delay.
 * **Lanes.** Each message gets its lane (``lanes.py``): from its key when
   one is given, else none (``KEYLESS``: any consumer may receive it, ``shares.py``).
+  The key itself is stored too, for receivers to see (null when none).
 * **Idempotent.** A write that failed transiently (a timeout, a dropped
   connection) is repeated with the same ids and write timestamp for
   ``SEND_RETRY`` seconds (``store/retries.py``): a send retried that way is
@@ -52,12 +53,13 @@ Keys = str | Sequence[str | None] | None
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """One checked message, ready to write."""
+    """One checked message, ready to write: ``key`` is kept with it, ``lane`` comes from it."""
 
     payload: bytes
     headers: Mapping[str, str]
     delay_ms: int
     lane: int = 0
+    key: str | None = None
 
 
 class Sender:
@@ -127,13 +129,13 @@ class Sender:
         header_list = _per_message("headers", headers, count)
         delay_list = _per_message("delay", delay, count)
         lanes = self._settings().lanes
+        key_list: list[str | None]
         if key is None or isinstance(key, str):
+            key_list = [key] * count
             lane_list = [lane_for(key, lanes)] * count
         else:
-            lane_list = [
-                lane_for(k, lanes)  # type: ignore[arg-type]
-                for k in _per_message("key", key, count)
-            ]
+            key_list = _per_message("key", key, count)  # type: ignore[assignment]
+            lane_list = [lane_for(k, lanes) for k in key_list]
         # One look at the settings and one check of a delay shared by the whole
         # batch: per message, these cost more than the write's own work (the sink
         # checks batches of a thousand).
@@ -147,9 +149,10 @@ class Sender:
                 _check_headers(h, where, i),
                 shared_delay if shared_delay is not None else self._delay_ms(d, where, i),
                 lane,
+                k,
             )
-            for i, (p, h, d, lane) in enumerate(
-                zip(payloads, header_list, delay_list, lane_list, strict=True)
+            for i, (p, h, d, lane, k) in enumerate(
+                zip(payloads, header_list, delay_list, lane_list, key_list, strict=True)
             )
         ]
 
@@ -250,6 +253,7 @@ class Sender:
                 visible_at=expires_at if pending else now + o.delay_ms,
                 expires_at=expires_at,
                 lane=o.lane,
+                key=o.key,
             )
             for (message_id, _), o in zip(ids, outgoing, strict=True)
         ]

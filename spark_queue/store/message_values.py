@@ -16,15 +16,23 @@ from dataclasses import dataclass
 from typing import Any
 
 #: The columns of a whole message, in the order ``stored_message`` reads them.
+#: ``key`` rides with the payload: the scans that avoid payloads (``Candidate``,
+#: sizes, lanes) avoid it too.
 MESSAGE_COLUMNS = (
     "id, payload, headers, toUnixTimestamp(enqueued_at), toUnixTimestamp(visible_at),"
-    " toUnixTimestamp(expires_at), delivery_count, lease"
+    " toUnixTimestamp(expires_at), delivery_count, lease, key, lane"
 )
+#: Where ``acked`` sits in a row that selects it after ``MESSAGE_COLUMNS``.
+_ACKED = 10
 
 
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
-    """A message row as read from its bucket."""
+    """A message row as read from its bucket.
+
+    ``key`` is None for a keyless message (and for rows written before keys
+    were kept); ``lane`` is 0 for rows written before lanes were.
+    """
 
     id: int
     bucket: int
@@ -36,6 +44,8 @@ class StoredMessage:
     delivery_count: int
     lease: int
     acked: bool = False
+    key: str | None = None
+    lane: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +70,7 @@ class NewMessage:
     visible_at: int
     expires_at: int
     lane: int = 0
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,5 +122,7 @@ def stored_message(row: Sequence[Any], bucket: int) -> StoredMessage | None:
         expires_at=row[5],
         delivery_count=row[6] or 0,
         lease=row[7] or 0,
-        acked=bool(row[8]) if len(row) > 8 else False,
+        acked=bool(row[_ACKED]) if len(row) > _ACKED else False,
+        key=row[8],
+        lane=row[9] or 0,
     )

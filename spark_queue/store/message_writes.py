@@ -21,6 +21,9 @@ from typing import Any
 from spark_queue.store.message_values import LeaseCheck, LeaseWrite, NewMessage, ttl_left
 from spark_queue.store.session import Params, Store
 
+#: One row's write: its statement and its values.
+Row = tuple[str, Params]
+
 # Rows per single-partition batch, and their payload bytes: far below
 # Cassandra's mutation limit (half a commit-log segment) and kind to the heap.
 BATCH_ROWS = 2000
@@ -33,8 +36,17 @@ INSERT = (
     " expires_at, delivery_count, lease, acked, payload_bytes, lane)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, false, ?, ?) USING TTL ?"
 )
-# The same at a write timestamp the caller chose (a send-once's: see ``sending.py``).
-INSERT_AT = INSERT + " AND TIMESTAMP ?"
+# A keyed message's: a keyless one leaves ``key`` out rather than bind a null,
+# which Cassandra would write as a tombstone cell in every keyless row.
+INSERT_KEYED = INSERT.replace("lane)", "lane, key)").replace("?, ?) USING", "?, ?, ?) USING")
+# Both at a write timestamp the caller chose (a send-once's: see ``sending.py``),
+# by (keyed, timed).
+_INSERTS = {
+    (False, False): INSERT,
+    (True, False): INSERT_KEYED,
+    (False, True): INSERT + " AND TIMESTAMP ?",
+    (True, True): INSERT_KEYED + " AND TIMESTAMP ?",
+}
 LEASE = (
     "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?, delivery_count = ?"
     " WHERE queue_id = ? AND bucket = ? AND id = ?"
@@ -108,12 +120,10 @@ class MessageWrites:
 
         ``timestamp`` (microseconds) replaces the driver's write timestamp.
         """
-        by_bucket: dict[int, list[Sequence[Any]]] = defaultdict(list)
+        by_bucket: dict[int, list[Row]] = defaultdict(list)
         for m in messages:
-            row = self._insert_row(m, now)
-            by_bucket[self.bucket_of(m.id)].append(row if timestamp is None else (*row, timestamp))
-        cql = INSERT if timestamp is None else INSERT_AT
-        self._write_batches(cql, by_bucket, payload_index=3, what="sending messages")
+            by_bucket[self.bucket_of(m.id)].append(self._insert_row(m, now, timestamp))
+        self._write_rows(by_bucket, payload_index=3, what="sending messages")
 
     def insert_statement(
         self, messages: Sequence[NewMessage], now: int, timestamp: int
@@ -124,11 +134,13 @@ class MessageWrites:
         and about ``BATCH_BYTES`` of payload (the producer's asynchronous path,
         which repeats it as it is after a transient failure: ``store/retries.py``).
         """
-        rows: list[Sequence[Any]] = [(*self._insert_row(m, now), timestamp) for m in messages]
-        return self._statement(INSERT_AT, rows)
+        return self._statement_of([self._insert_row(m, now, timestamp) for m in messages])
 
-    def _insert_row(self, m: NewMessage, now: int) -> Params:
-        return (
+    def _insert_row(self, m: NewMessage, now: int, timestamp: int | None) -> Row:
+        """The INSERT of ``m`` and its values (``key`` only when it has one)."""
+        key = () if m.key is None else (m.key,)
+        at = () if timestamp is None else (timestamp,)
+        params = (
             self.queue_id,
             self.bucket_of(m.id),
             m.id,
@@ -139,8 +151,11 @@ class MessageWrites:
             m.expires_at,
             len(m.payload),
             m.lane,
+            *key,
             ttl_left(m.expires_at, now),
+            *at,
         )
+        return _INSERTS[(m.key is not None, timestamp is not None)], params
 
     def write_leases(self, leases: Sequence[LeaseWrite], now: int) -> None:
         """Write delivery leases; last writer wins (Cassandra's timestamps pick one)."""
@@ -205,32 +220,48 @@ class MessageWrites:
         self._write_batches(cql, by_bucket, what="purging messages")
 
     def _write_batches(
+        self, cql: str, by_bucket: Mapping[int, list[Sequence[Any]]], *, what: str
+    ) -> None:
+        self._write_rows(
+            {b: [(cql, row) for row in rows] for b, rows in by_bucket.items()}, what=what
+        )
+
+    def _write_rows(
         self,
-        cql: str,
-        by_bucket: Mapping[int, list[Sequence[Any]]],
+        by_bucket: Mapping[int, list[Row]],
         *,
         what: str,
         payload_index: int | None = None,
     ) -> None:
+        """Write each bucket's rows (statement and values) in single-partition batches."""
         batches = []
         for rows in by_bucket.values():
-            chunk: list[Sequence[Any]] = []
+            chunk: list[Row] = []
             size = 0
             for row in rows:
-                row_bytes = len(row[payload_index]) if payload_index is not None else 64
+                row_bytes = len(row[1][payload_index]) if payload_index is not None else 64
                 if chunk and (len(chunk) >= BATCH_ROWS or size + row_bytes > BATCH_BYTES):
-                    batches.append(self._statement(cql, chunk))
+                    batches.append(self._statement_of(chunk))
                     chunk, size = [], 0
                 chunk.append(row)
                 size += row_bytes
             if chunk:
-                batches.append(self._statement(cql, chunk))
+                batches.append(self._statement_of(chunk))
         self.store.execute_many(batches, what=what)
 
     def _statement(self, cql: str, rows: list[Sequence[Any]]) -> tuple[Any, Params]:
         if len(rows) == 1:
             return self.store.prepare(cql), rows[0]
         return self.store.batch(cql, rows), ()
+
+    def _statement_of(self, rows: list[Row]) -> tuple[Any, Params]:
+        """Like ``_statement``, for rows that may differ in their statement."""
+        if len(rows) == 1:
+            return self.store.prepare(rows[0][0]), rows[0][1]
+        batch = self.store.batch(rows[0][0], ())
+        for cql, params in rows:
+            batch.add(self.store.prepare(cql), params)  # prepared once per store
+        return batch, ()
 
     # -- conditional changes -------------------------------------------------------
 

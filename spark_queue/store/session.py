@@ -96,6 +96,7 @@ ADDED_COLUMNS = (
     ("messages", "lane", "int"),
     ("queues", "lanes", "int"),
     ("send_log", "digests", "blob"),
+    ("messages", "key", "text"),
 )
 
 
