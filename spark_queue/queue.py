@@ -155,8 +155,8 @@ class Queue:
             headers: String key/value pairs kept with the message.
             delay: Seconds before the message becomes visible.
             key: The unit of order: messages of one key go to one lane
-                (``lanes.py``) and are received in order. Default: none; any
-                consumer may receive it (``shares.py``).
+                (``lanes.py``) and are received in order; stored, it comes back
+                as ``Message.key``. Default: none; any consumer may receive it.
         """
         return self.send_batch([payload], headers=headers, delay=delay, key=check_key(key))[0]
 
@@ -369,8 +369,8 @@ class Queue:
     ) -> RedriveResult:
         """Move this dead-letter queue's messages back to their source queues, each at most once.
 
-        See ``spark_queue.engine.redrive``: payload and headers go back, minus the
-        dead-letter headers, plus ``bdq-redrive-count``; a run killed midway can
+        See ``spark_queue.engine.redrive``: payload, key and headers go back, minus
+        the dead-letter headers, plus ``bdq-redrive-count``; a run killed midway can
         simply be run again once its lease (``visibility_timeout``) has passed.
 
         Args:

@@ -27,7 +27,8 @@ from spark_queue.cli import main
 from spark_queue.engine.lanes import KEYLESS, free_lanes, lane_for, lane_of
 from spark_queue.engine.ownership import ttl_of
 from spark_queue.errors import BackendUnavailable
-from spark_queue.message import Message
+from spark_queue.message import Delivery, Message
+from spark_queue.queue import Queue
 from spark_queue.store.owners import OwnerTable
 from spark_queue.store.session import Store
 
@@ -128,6 +129,56 @@ def test_a_keys_messages_share_its_lane_and_arrive_in_order(client: QueueClient)
 def keys_and_lanes(messages: Sequence[Message]) -> dict[str, tuple[str | None, int | None]]:
     """``payload -> (key, lane)`` of each message."""
     return {m.payload.decode(): (m.key, m.lane) for m in messages}
+
+
+def receive_all(queue: Queue, count: int, timeout: float = 0.2) -> list[Delivery]:
+    """Receive (without acking) until ``count`` deliveries came, lane after lane."""
+    got: list[Delivery] = []
+    deadline = time.monotonic() + 20
+    while len(got) < count and time.monotonic() < deadline:
+        got += queue.receive(count, visibility_timeout=timeout, wait=0.5)
+    return got
+
+
+@both_stores
+def test_a_message_keeps_its_key_when_received_peeked_dead_lettered_and_redriven(
+    client: QueueClient,
+) -> None:
+    # Given a queue of 4 lanes whose messages go to a 2-lane dead-letter queue after a delivery
+    dead = client.create_queue("keys-dead", lanes=2)
+    queue = client.create_queue("keys", lanes=4, max_deliveries=1, dead_letter_queue="keys-dead")
+    # When messages are sent with a key each, alone, in a batch and through the producer
+    queue.send("one", key="a")
+    queue.send_batch(["two", "three", "four"], key=["b", None, "a"])
+    queue.send_async("five", key="c")
+    queue.flush()
+    sent = {"one": "a", "two": "b", "three": None, "four": "a", "five": "c"}
+
+    # Then a peek shows each one's key and the lane it is stored in (keyless: KEYLESS)
+    assert keys_and_lanes(queue.peek(10)) == {p: (k, lane_for(k, 4)) for p, k in sent.items()}
+    assert lane_for(None, 4) == KEYLESS
+    # And so does a receive
+    assert keys_and_lanes(receive_all(queue, 5)) == {
+        p: (k, lane_for(k, 4)) for p, k in sent.items()
+    }
+
+    # When their leases end past max_deliveries: each moves to the dead-letter queue
+    time.sleep(0.3)
+    deadline = time.monotonic() + 20
+    while dead.stats(exact=True).visible < 5 and time.monotonic() < deadline:
+        queue.receive(10, wait=0.2)
+    # Then there each keeps its key, in that queue's lane of the key
+    assert keys_and_lanes(dead.peek(10)) == {p: (k, lane_for(k, 2)) for p, k in sent.items()}
+
+    # When they are redriven back: the same keys and lanes as first sent
+    assert dead.redrive().moved == 5
+    assert keys_and_lanes(queue.peek(10)) == {p: (k, lane_for(k, 4)) for p, k in sent.items()}
+    # And a rejected message keeps its key too
+    first = receive_all(queue, 1, timeout=60)[0]
+    queue.reject(first.receipt, "bad")
+    rejected = keys_and_lanes(dead.peek(10))
+    assert rejected == {first.payload.decode(): (first.key, lane_for(first.key, 2))}
+    assert first.key == sent[first.payload.decode()]
 
 
 @cassandra

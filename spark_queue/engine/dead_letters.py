@@ -5,8 +5,8 @@ A receive that finds such a message moves it instead of delivering it:
 1. **take** it with a conditional lease (only if it is still unacked under
    the lease the receive saw), so an acked message stays acked and of two
    consumers racing for it exactly one moves it;
-2. **send** it to the dead-letter queue, with headers naming where it came
-   from, how often it was delivered and its original id;
+2. **send** it to the dead-letter queue, with its key, and headers naming
+   where it came from, how often it was delivered and its original id;
 3. **ack** it here under the lease taken in step 1.
 
 A crash between 2 and 3 leaves a duplicate in the dead-letter queue, never a
@@ -163,6 +163,7 @@ class DeadLetters:
                 }
                 for m in messages
             ],
+            key=[m.key for m in messages],  # the dead-letter queue's lane of the same key
         )
         self._buckets.ack(taken, now)
         keyspace = self._buckets.store.keyspace

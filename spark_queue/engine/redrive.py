@@ -10,8 +10,8 @@ run finds its send done and only acks it. So each dead letter reaches its
 target at most once, and none is lost, however often a redrive is killed and
 run again (with the same target).
 
-The message keeps its payload and headers, minus the dead-letter headers, plus
-``bdq-redrive-count`` (how many times it has been redriven).
+The message keeps its payload, its key and its headers, minus the dead-letter
+headers, plus ``bdq-redrive-count`` (how many times it has been redriven).
 
 Only a dead-letter queue (one that some queue names as its
 ``dead_letter_queue``) is redriven to its sources; any other queue is refused
@@ -233,6 +233,7 @@ def _send_back(writer: str, dead_letter: Delivery, target: RedriveTarget) -> str
             0,
             [dead_letter.payload],
             headers=[redriven_headers(dead_letter.headers)],
+            key=dead_letter.key,
         )
     except (InvalidSetting, InvalidMessage) as e:  # the message, not the cluster: skip it
         return str(e)
