@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from spark_queue import ConnectionSettings
 from spark_queue.cli import main
 from spark_queue.cli.wording import for_command
+from spark_queue.engine.lanes import KEYLESS, lane_of
 
 pytestmark = pytest.mark.cassandra
 
@@ -76,6 +77,36 @@ def test_receive_prints_each_receipt_whole_on_its_own_line(keyspace: ConnectionS
     assert code == 0 and json.loads(acked) == {"queue": "jobs", "acked": 2}
     code, stats, _ = bdq(keyspace, "queue", "stats", "jobs", "--json")
     assert (json.loads(stats)["visible"], json.loads(stats)["in_flight"]) == (0, 0)
+
+
+def test_peek_and_receive_show_each_message_s_key_and_lane(keyspace: ConnectionSettings) -> None:
+    # Given a queue of 4 lanes with a keyed and a keyless message
+    assert bdq(keyspace, "queue", "create", "jobs", "--lanes", "4")[0] == 0
+    assert bdq(keyspace, "send", "jobs", "keyed", "--key", "customer-7")[0] == 0
+    assert bdq(keyspace, "send", "jobs", "keyless")[0] == 0
+    lane = lane_of("customer-7", 4)
+    # When they are peeked as JSON
+    code, out, _ = bdq(keyspace, "peek", "jobs", "--json")
+    # Then each carries its key (null: none) and its lane (-1: keyless, in no lane)
+    assert code == 0
+    assert [(m["payload"], m["key"], m["lane"]) for m in json.loads(out)] == [
+        ("keyed", "customer-7", lane),
+        ("keyless", None, KEYLESS),
+    ]
+    # And so when they are received as JSON
+    code, out, _ = bdq(keyspace, "receive", "jobs", "-n", "2", "--json", "--release")
+    assert code == 0
+    assert sorted((m["key"] or "", m["lane"]) for m in json.loads(out)) == [
+        ("", KEYLESS),
+        ("customer-7", lane),
+    ]
+    # And the table shows the key, its receipts still whole at 80 columns
+    out = bdq_at_80_columns(keyspace, "receive", "jobs", "-n", "2")
+    assert cells(out, "┃")[:3] == ["id", "deliveries", "key"]
+    assert cells(out, "│")[2] in {"customer-7-", "-customer-7"}  # "-": keyless
+    lines = out.splitlines()
+    receipts = lines[lines.index(RECEIPTS_HEADING) + 1 :]
+    assert len(receipts) == 2 and all(len(r) > 40 and " " not in r for r in receipts)
 
 
 def test_queue_list_and_top_show_names_and_headers_whole_at_80_columns(

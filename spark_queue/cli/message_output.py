@@ -55,6 +55,10 @@ def payload_text(payload: bytes) -> tuple[str, str]:
 def print_messages(messages: Sequence[Message], as_json: bool, *, receipts: bool) -> None:
     """Print ``messages`` as a table (receipts below it, whole) or as a JSON list.
 
+    The table has a ``key`` column only when a message has a key ("-" for one
+    without); JSON always has ``key`` (null: none) and ``lane`` (-1: keyless,
+    in no lane of a queue of several).
+
     Args:
         messages: What a peek or a receive returned.
         as_json: Print a JSON list of objects instead of a table.
@@ -67,7 +71,8 @@ def print_messages(messages: Sequence[Message], as_json: bool, *, receipts: bool
         click.echo("no visible message", err=True)
         return
     dead = any(HEADER_SOURCE in m.headers for m in messages)  # a dead-letter queue: say why
-    table = Table("id", "deliveries", "payload", "headers")
+    keyed = any(m.key is not None for m in messages)  # no column of blanks for keyless queues
+    table = Table("id", "deliveries", *(["key"] if keyed else []), "payload", "headers")
     if dead:
         table.add_column("dead letter because")
     for column in table.columns:
@@ -78,6 +83,7 @@ def print_messages(messages: Sequence[Message], as_json: bool, *, receipts: bool
         cells = [
             str(m.id),
             str(m.delivery_count),
+            *([m.key or "-"] if keyed else []),
             body,
             " ".join(f"{k}={v}" for k, v in shown.items()),
         ]
@@ -98,7 +104,7 @@ def _json_row(m: Message, *, receipts: bool) -> dict[str, Any]:
     row: dict[str, Any] = {
         "id": m.id, "bucket": m.bucket, "payload": body, "encoding": encoding,
         "headers": dict(m.headers), "enqueued_at": m.enqueued_at,
-        "delivery_count": m.delivery_count,
+        "delivery_count": m.delivery_count, "key": m.key, "lane": m.lane,
     }  # fmt: skip
     if receipts and isinstance(m, Delivery):
         row["receipt"] = m.receipt
