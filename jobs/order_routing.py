@@ -104,18 +104,19 @@ def route_orders(orders: DataFrame, shipments: str, rejected: str) -> DataFrame:
     """Order messages (the bdq source's schema) as rows for the bdq sink.
 
     Returns:
-        Columns ``payload`` (binary), ``queue`` and ``headers``: the enriched
-        order to ``shipments``, or the original payload to ``rejected`` with
-        ``reject-reason``. Observed metrics named ``orders`` count ``in``,
+        Columns ``payload`` (binary), ``queue``, ``headers`` and ``key``: the
+        enriched order to ``shipments``, or the original payload to ``rejected``
+        with ``reject-reason``; either under the order message's key (null
+        when it had none). Observed metrics named ``orders`` count ``in``,
         ``shipped`` and ``rejected`` per micro-batch.
     """
     text = F.col("payload").cast("string")
     parsed = F.from_json(
         text, order_schema(), {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
     )
-    checked = orders.select("id", "payload", text.alias("text"), parsed.alias("order")).select(
-        "*", reject_reason(F.col("text"), F.col("order")).alias("reason")
-    )
+    checked = orders.select(
+        "id", "key", "payload", text.alias("text"), parsed.alias("order")
+    ).select("*", reject_reason(F.col("text"), F.col("order")).alias("reason"))
     valid = F.col("reason").isNull()
     counted = checked.observe(
         METRICS,
@@ -147,4 +148,5 @@ def route_orders(orders: DataFrame, shipments: str, rejected: str) -> DataFrame:
             )
         )
         .alias("headers"),
+        F.col("key"),  # the same key, so the order's messages keep their order downstream
     )

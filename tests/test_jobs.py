@@ -260,7 +260,8 @@ CASES: list[tuple[str, str | None]] = [
 
 def test_route_orders_gives_each_message_its_queue_and_reason(spark: SparkSession) -> None:
     frame = spark.createDataFrame(
-        [(i, text.encode()) for i, (text, _) in enumerate(CASES)], "id bigint, payload binary"
+        [(i, text.encode(), f"k{i % 2}") for i, (text, _) in enumerate(CASES)],
+        "id bigint, payload binary, key string",
     )
 
     routed = route_orders(frame, "ship", "reject")
@@ -269,9 +270,10 @@ def test_route_orders_gives_each_message_its_queue_and_reason(spark: SparkSessio
         F.col("headers")[rules.HEADER_SOURCE_ID].cast("bigint").alias("id"),
         "queue",
         F.col("headers")[rules.HEADER_REASON].alias("reason"),
+        "key",
     )
     expected = spark.createDataFrame(
-        [(i, "ship" if r is None else "reject", r) for i, (_, r) in enumerate(CASES)],
+        [(i, "ship" if r is None else "reject", r, f"k{i % 2}") for i, (_, r) in enumerate(CASES)],
         actual.schema,
     )
     assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)

@@ -25,6 +25,7 @@ def test_leased_rows_match_the_rows_built_from_deliveries() -> None:
             expires_at=1_863_800_000_000,
             delivery_count=i,
             lease=5,
+            key=f"k{i % 2}" if i % 3 else None,
         )
         for i in range(7)
     ]
@@ -38,6 +39,7 @@ def test_leased_rows_match_the_rows_built_from_deliveries() -> None:
     assert rows.equals(to_record_batch("q", [delivery_of(queue_id, m, w) for m, w in leased]))
     assert rows.column("delivery_count").to_pylist() == [i + 1 for i in range(7)]
     assert rows.column("headers").to_pylist()[1] == [("a", "1"), ("b", "1")]
+    assert rows.column("key").to_pylist() == [None, "k1", "k0", None, "k0", "k1", None]
 
 
 def test_no_leased_rows_is_an_empty_batch_of_the_schema() -> None:

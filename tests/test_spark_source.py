@@ -78,19 +78,22 @@ def test_streaming_round_trip_delivers_every_message_once_and_empties_the_queue(
     spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient, tmp_path: Path
 ) -> None:
     queue = client.create_queue("in", bucket_size=50)
+    keys = [f"k{i % 3}" if i % 4 else None for i in range(300)]  # a quarter keyless
     ids = queue.send_batch(
-        [f"m{i}" for i in range(300)], headers=[{"n": str(i)} for i in range(300)]
+        [f"m{i}" for i in range(300)], headers=[{"n": str(i)} for i in range(300)], key=keys
     )
     df = stream(spark, keyspace, "in", maxMessagesPerTrigger="120")
     assert df.schema == SCHEMA
+    assert df.columns[-1] == "key"  # last: positional users of the others are unaffected
 
     query, table = to_memory(df, tmp_path / "ck")
     query.awaitTermination(180)
 
-    columns = ["queue", "id", "payload", "headers", "delivery_count"]
+    columns = ["queue", "id", "payload", "headers", "delivery_count", "key"]
     out = spark.table(table).select(*columns)
     expected = spark.createDataFrame(
-        [("in", i, f"m{n}".encode(), {"n": str(n)}, 1) for n, i in enumerate(ids)], out.schema
+        [("in", i, f"m{n}".encode(), {"n": str(n)}, 1, keys[n]) for n, i in enumerate(ids)],
+        out.schema,
     )
     # chispa sorts rows to compare them; Spark cannot sort maps, so compare them as JSON
     assert_df_equality(
@@ -108,7 +111,7 @@ def test_batch_read_peeks_without_consuming(
     spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient
 ) -> None:
     queue = client.create_queue("peeked", bucket_size=10)
-    queue.send_batch([f"p{i}" for i in range(25)])
+    queue.send_batch([f"p{i}" for i in range(25)], key=[f"k{i}" for i in range(25)])
 
     df = (
         spark.read.format("bdq")
@@ -120,6 +123,7 @@ def test_batch_read_peeks_without_consuming(
     rows = df.collect()
     assert sorted(r.payload for r in rows) == sorted(f"p{i}".encode() for i in range(25))
     assert {r.delivery_count for r in rows} == {0}
+    assert {(r.payload, r.key) for r in rows} == {(f"p{i}".encode(), f"k{i}") for i in range(25)}
     assert queue.stats().visible == 25
 
 

@@ -32,7 +32,8 @@ class BdqDataSource(DataSource):
 
     Source (``spark.readStream`` receives and acks on commit; ``spark.read`` peeks).
     Output schema: ``queue string, id bigint, bucket bigint, payload binary,
-    headers map<string,string>, enqueued_at timestamp, delivery_count int``.
+    headers map<string,string>, enqueued_at timestamp, delivery_count int,
+    key string`` (``key`` null for a message sent without one).
 
     Source options (names are case-insensitive):
         queue: Queue to read, or a comma list of queues. Required unless
@@ -60,7 +61,8 @@ class BdqDataSource(DataSource):
         writerId: Stable identity of this writer: with it a retried task or a
             replayed batch adds no duplicates. Default: none (at-least-once).
         Sink columns: ``payload`` (binary or string, required), ``queue``,
-        ``headers`` (map<string,string>), ``delay_ms`` (bigint).
+        ``headers`` (map<string,string>), ``delay_ms`` (bigint), ``key``
+        (string: the unit of order; the source's ``key`` column passes on as is).
 
     Connection options (both): ``hosts`` (comma list of host[:port]),
     ``keyspace``, ``localDc``, ``username``, ``password``, ``authProvider``,

@@ -33,6 +33,7 @@ ARROW_SCHEMA = pa.schema(
         ("headers", pa.map_(pa.string(), pa.string())),
         ("enqueued_at", pa.timestamp("us", tz="UTC")),
         ("delivery_count", pa.int32()),
+        ("key", pa.string()),
     ]
 )
 
@@ -110,6 +111,7 @@ def to_record_batch(queue: str, messages: Sequence[Message]) -> pa.RecordBatch:
             ),
             pa.array([m.enqueued_at for m in messages], pa.timestamp("us", tz="UTC")),
             pa.array([m.delivery_count for m in messages], pa.int32()),
+            pa.array([m.key for m in messages], pa.string()),
         ],
         schema=ARROW_SCHEMA,
     )
@@ -145,6 +147,7 @@ def leased_record_batch(queue: str, leased: Sequence[Leased]) -> pa.RecordBatch:
             ),
             pc.multiply(enqueued_ms, 1000).cast(pa.timestamp("us", tz="UTC")),
             pa.array([w.delivery_count for _, w in leased], pa.int32()),
+            pa.array([m.key for m, _ in leased], pa.string()),
         ],
         schema=ARROW_SCHEMA,
     )

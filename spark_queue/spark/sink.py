@@ -3,11 +3,11 @@
 Columns: ``payload`` (binary or string, required), ``queue`` (string: routes the
 row; the ``queue`` option is the default), ``headers`` (map<string,string>),
 ``delay_ms`` (bigint or int), ``key`` (string: the unit of order, ``lanes.py``;
-null or absent: the lane of the task's thread). Any other column is refused when
-the query starts. Every row of a task is checked (columns, then each target
-queue's rules: size, headers, delay, key) before its first message is written,
-and the error names the row's position and the rule; the task holds its rows
-in memory until then.
+null or absent: keyless; the bdq source's ``key`` column passes on as it is).
+Any other column is refused when the query starts. Every row of a task is
+checked (columns, then each target queue's rules: size, headers, delay, key)
+before its first message is written, and the error names the row's position
+and the rule; the task holds its rows in memory until then.
 
 All or nothing: tasks write their messages invisible, in chunks keyed by
 (writer, batch id, partition, chunk) through the queue's send-once

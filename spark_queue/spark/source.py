@@ -76,6 +76,8 @@ SCHEMA = StructType(
         StructField("headers", MapType(StringType(), StringType())),
         StructField("enqueued_at", TimestampType()),
         StructField("delivery_count", IntegerType()),
+        # Last, so positional users of the first seven columns are unaffected.
+        StructField("key", StringType()),
     ]
 )
 #: Messages one input partition reads at most when it groups several buckets.
