@@ -180,19 +180,24 @@ class Steps:
             )
         return replayed
 
-    def ack(self, consumer: str, step: int) -> tuple[int, int, set[int]]:
+    def ack(self, consumer: str, step: int, *, held: bool = False) -> tuple[int, int, set[int]]:
         """Ack everything a step received, then forget it; ``(acked, stale, buckets)``.
 
         ``buckets``: where it acked something (one of them may be empty now).
+        ``held``: the caller knows the step's leases still hold, so they are
+        not read back (see ``QueueSteps.ack``) and nothing counts as stale.
         """
         entries = self._journal.step_entries(consumer, step)
         if not entries:
             return 0, 0, set()  # nothing recorded, or acked already: no tombstone to write
-        # A step's leases were renewed while it was open, so nearly all still
-        # hold: a read and a plain write per bucket, no Paxos (Buckets.ack_leased).
-        stale = self._buckets.ack_leased(
-            [LeaseCheck(e.bucket, e.id, e.lease, e.expires_at) for e in entries], now_ms()
-        )
+        checks = [LeaseCheck(e.bucket, e.id, e.lease, e.expires_at) for e in entries]
+        if held:
+            self._buckets.ack_held(checks, now_ms())
+            stale: set[tuple[int, int]] = set()
+        else:
+            # A step's leases were renewed while it was open, so nearly all still
+            # hold: a read and a plain write per bucket, no Paxos (Buckets.ack_leased).
+            stale = self._buckets.ack_leased(checks, now_ms())
         self._journal.forget(consumer, step)
         acked_in = {e.bucket for e in entries if (e.bucket, e.id) not in stale}
         return len(entries) - len(stale), len(stale), acked_in

@@ -241,16 +241,26 @@ class QueueSteps:
         )
         return self._steps.renew(consumer, step, round(timeout * 1000))
 
-    def ack(self, consumer: str, step: int) -> tuple[int, int]:
+    def ack(self, consumer: str, step: int, *, held: bool = False) -> tuple[int, int]:
         """Ack everything a consumer step received, then forget the step.
 
         Idempotent: acking a step again finds nothing to do.
+
+        Args:
+            held: The caller knows the step's leases still hold (the Spark
+                driver renewed them and acks well within the visibility
+                timeout): the acks are written without reading each lease
+                back first, one write per bucket instead of a read and a
+                write. Marking a message the step processed acked never loses
+                it; a lease lost all the same (another consumer's clock ran
+                far ahead and it received the message) is acked here, not
+                counted stale: that consumer's own ack finds it stale.
 
         Returns:
             ``(acked, stale)``: stale ones were received again by someone else
             after their lease ran out (a duplicate delivery) or acked already.
         """
-        acked, stale, buckets = self._steps.ack(consumer, step)
+        acked, stale, buckets = self._steps.ack(consumer, step, held=held)
         # A step that empties a bucket leaves its count, 0, for stats (drains.py).
         self._receiver.drains.acked(buckets)
         self._counts.acked.inc(acked)

@@ -332,7 +332,7 @@ class BdqStreamReader(StepTrackingReader, SupportsTriggerAvailableNow):
         )
         if replayed:
             self._own_again(parts)
-        self._track(last)  # a replay after a restart is planned here, not in latestOffset
+        self._track(last, replayed=replayed)  # a replay is planned here, not in latestOffset
         planned = last.incarnation
         # The grouping is read from the offset, never computed again: a replay
         # (and its journal, keyed by partition) splits the step as the first run

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader
@@ -30,6 +31,22 @@ from spark_queue.spark.worker_handles import open_queue
 log = logging.getLogger("spark_queue.spark.source")
 
 
+def leases_surely_held(planned: tuple[float, float] | None) -> bool:
+    """Whether a step's leases surely still hold: planned here less than half a timeout ago.
+
+    ``planned`` is ``(time.monotonic() at planning, visibility timeout)``, or
+    None for a step planned before a restart. Its tasks leased after it was
+    planned, for the whole timeout, so for half of it no consumer whose clock
+    is within half a timeout of theirs can have taken a message over; the
+    renewal thread extends them further. Such a step is acked without reading
+    its leases back (``QueueSteps.ack(held=True)``).
+    """
+    if planned is None:
+        return False
+    at, timeout = planned
+    return time.monotonic() - at < timeout / 2
+
+
 class StepTrackingReader(DataSourceStreamReader):
     """A stream reader's planned steps until they are acked: renewal, ownership, commit, stop.
 
@@ -45,6 +62,8 @@ class StepTrackingReader(DataSourceStreamReader):
         self._stream = ""
         #: Queues each planned, not yet acked step leased from.
         self._step_queues: dict[int, frozenset[str]] = {}
+        #: When each such step was planned (``time.monotonic``) and its visibility timeout.
+        self._step_leases: dict[int, tuple[float, float]] = {}
         self._sharing = BucketSharing("bdq")
         #: Acks of this query that found the lease lost (each a duplicate downstream).
         self.stale_acks = 0
@@ -73,25 +92,32 @@ class StepTrackingReader(DataSourceStreamReader):
         first = last.step if self._acked_step is None else self._acked_step + 1
         # A step planned before a restart is not in memory: ack it on every queue.
         steps = [
-            (step, sorted(queues or {*self.options.queues, *self.queue_names()}))
+            (
+                step,
+                sorted(queues or {*self.options.queues, *self.queue_names()}),
+                self._step_leases.pop(step, None),
+            )
             for step in range(first, last.step + 1)
             for queues in [self._step_queues.pop(step, None)]
         ]
         self._acked_step = max(last.step, self._acked_step or 0)
         self._acks.submit(functools.partial(self._ack_steps, last.stream, steps, self._acked_step))
 
-    def _ack_steps(self, stream: str, steps: list[tuple[int, list[str]]], upto: int) -> None:
+    def _ack_steps(
+        self, stream: str, steps: list[tuple[int, list[str], tuple[float, float] | None]], upto: int
+    ) -> None:
         """Ack committed steps, then stop renewing them and free their buckets (background)."""
-        for step, queues in steps:
+        for step, queues, leases in steps:
+            held = leases_surely_held(leases)
             for name in queues:
-                self._ack(name, stream, step)
+                self._ack(name, stream, step, held)
         if self._renewal is not None:
             self._renewal.done(upto)
         self._sharing.done(upto, self._queue)
 
-    def _ack(self, name: str, stream: str, step: int) -> None:
+    def _ack(self, name: str, stream: str, step: int, held: bool) -> None:
         try:
-            acked, stale = self._queue(name).steps.ack(stream, step)
+            acked, stale = self._queue(name).steps.ack(stream, step, held=held)
         except QueueNotFound:
             log.warning("bdq source: queue %r was deleted before step %d was acked", name, step)
             return
@@ -108,7 +134,7 @@ class StepTrackingReader(DataSourceStreamReader):
 
     # -- lease renewal (spark_queue.spark.renewal) ----------------------------------------
 
-    def _track(self, step: Offset) -> None:
+    def _track(self, step: Offset, *, replayed: bool = False) -> None:
         """Keep ``step``'s leases alive until it is acked."""
         parts = step.parts(self.options.queues)
         queues = frozenset(name for name, _, _ in parts)
@@ -118,6 +144,10 @@ class StepTrackingReader(DataSourceStreamReader):
         timeout = self.options.visibility_timeout or min(
             self._queue(name).settings.visibility_timeout for name in queues
         )
+        if replayed:  # planned by an earlier run: its leases may have run out since
+            self._step_leases.pop(step.step, None)
+        else:
+            self._step_leases.setdefault(step.step, (time.monotonic(), timeout))
         if self._renewal is None:
             label = self.options.queue_pattern or ",".join(self.options.queues)
             self._renewal = LeaseRenewal(self._renew, renewal_period(timeout), label)

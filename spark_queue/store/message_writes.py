@@ -476,13 +476,20 @@ class MessageWrites:
         write) acks a message this step did process and counts it as not stale.
         """
         held = self.leases_of([(c.bucket, c.id) for c in checks])
+        stale = {(c.bucket, c.id) for c in checks if held.get((c.bucket, c.id)) != (c.lease, False)}
+        self.ack_held([c for c in checks if (c.bucket, c.id) not in stale], now)
+        return stale
+
+    def ack_held(self, checks: Sequence[LeaseCheck], now: int) -> None:
+        """Mark messages acked, no lease read: an ``UPDATE ... WHERE id IN`` per bucket.
+
+        For messages the caller processed under leases it knows still hold (a
+        step its driver renewed, acked well within its visibility timeout):
+        marking a processed message acked never loses it, whoever holds it now.
+        """
         groups: dict[tuple[int, int], list[int]] = defaultdict(list)
-        stale: set[tuple[int, int]] = set()
         for c in checks:
-            if held.get((c.bucket, c.id)) == (c.lease, False):
-                groups[(c.bucket, ttl_left(c.expires_at, now))].append(c.id)
-            else:
-                stale.add((c.bucket, c.id))
+            groups[(c.bucket, ttl_left(c.expires_at, now))].append(c.id)
         self.store.execute_many(
             [
                 (ACK_IN, (ttl, self.queue_id, bucket, ids[i : i + BATCH_ROWS]))
@@ -491,4 +498,3 @@ class MessageWrites:
             ],
             what="acking messages",
         )
-        return stale

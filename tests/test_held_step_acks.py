@@ -1,0 +1,65 @@
+"""A step acked while its leases surely hold (both stores).
+
+The Spark driver acks a committed step well within its visibility timeout:
+then it writes the acks without reading each lease back first
+(``QueueSteps.ack(held=True)``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from spark_queue import QueueClient
+from spark_queue.spark.step_tracking import leases_surely_held
+from spark_queue.store.buckets import Buckets
+
+pytestmark = pytest.mark.both_stores
+
+
+def _no_lease_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(self: Buckets, keys: Any) -> Any:
+        raise AssertionError(f"leases read back for {len(keys)} message(s)")
+
+    monkeypatch.setattr(Buckets, "leases_of", refuse)
+
+
+def test_a_held_step_is_acked_without_reading_its_leases(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = client.create_queue("held-acks", bucket_size=5)
+    queue.send_batch([str(i).encode() for i in range(12)])
+    queue.steps.receive_leased("q", 1, 0, 5, buckets=[0], first_attempt=True)
+    queue.steps.receive_leased("q", 1, 1, 10, buckets=[1, 2], first_attempt=True)
+
+    _no_lease_reads(monkeypatch)
+    assert queue.steps.ack("q", 1, held=True) == (12, 0)
+    assert queue.steps.ack("q", 1, held=True) == (0, 0)  # forgotten: idempotent
+    assert queue.stats(exact=True).total == 0
+
+
+def test_a_held_ack_of_a_lease_lost_anyway_acks_the_processed_message(
+    client: QueueClient,
+) -> None:
+    # The driver's clock said the lease held; another consumer's said it ran out.
+    queue = client.create_queue("held-lost", visibility_timeout=0.2)
+    queue.send(b"slow")
+    queue.steps.receive("q", 1, 0, 1)
+    time.sleep(0.3)
+    (other,) = queue.receive(1)
+
+    # Acked all the same: the step processed it, so nothing is lost (without
+    # ``held`` the step reads the lease, counts it stale and leaves it to the
+    # other consumer: tests/test_steps.py).
+    assert queue.steps.ack("q", 1, held=True) == (1, 0)
+    assert queue.stats(exact=True).total == 0
+    assert other.payload == b"slow"
+
+
+def test_leases_surely_hold_for_half_a_timeout_after_planning() -> None:
+    now = time.monotonic()
+    assert leases_surely_held((now, 30.0))
+    assert not leases_surely_held((now - 16.0, 30.0))  # past half the timeout: read them
+    assert not leases_surely_held(None)  # planned before a restart: unknown
