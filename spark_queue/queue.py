@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -349,14 +349,17 @@ class Queue:
         self.lanes.release_all()
         self.shares.release_all()
 
-    def visible_buckets(self, max_buckets: int, below: int | None = None) -> list[int]:
+    def visible_buckets(
+        self, max_buckets: int, below: int | None = None, *, leased_here: Collection[int] = ()
+    ) -> list[int]:
         """Live buckets holding a visible message, oldest first; cheap to poll (idle ones skipped).
 
         Args:
             max_buckets: Most buckets to return.
             below: Only buckets holding ids below this one.
+            leased_here: Buckets the caller's steps in flight lease in (cheaper skips).
         """
-        return self._receiving.named.visible_buckets(max_buckets, below)
+        return self._receiving.named.visible_buckets(max_buckets, below, leased_here)
 
     def redrive(
         self,

@@ -1,8 +1,9 @@
-"""A step acked while its leases surely hold (both stores).
+"""A step acked while its leases surely hold, and buckets its ack drained (both stores).
 
 The Spark driver acks a committed step well within its visibility timeout:
 then it writes the acks without reading each lease back first
-(``QueueSteps.ack(held=True)``).
+(``QueueSteps.ack(held=True)``), and the buckets the ack left empty are not
+probed again by the planner until their drain mark's recheck.
 """
 
 from __future__ import annotations
@@ -58,8 +59,52 @@ def test_a_held_ack_of_a_lease_lost_anyway_acks_the_processed_message(
     assert other.payload == b"slow"
 
 
+def test_a_bucket_a_step_ack_drained_is_not_probed_again(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Idle notes end at once here: only the drain mark keeps bucket 0 out.
+    monkeypatch.setattr("spark_queue.engine.bounds.IDLE_RECHECK", 0.0)
+    queue = client.create_queue("drained-skip", bucket_size=5, seal_delay=60)
+    queue.send_batch([str(i).encode() for i in range(12)])
+    queue.steps.receive_leased("q", 1, 0, 5, buckets=[0], first_attempt=True)
+    queue.steps.ack("q", 1, held=True)
+
+    probed: list[int] = []
+    probe = Buckets.probe_visible
+
+    def recording(self: Buckets, buckets: Any, now: int) -> list[bool]:
+        probed.extend(buckets)
+        return probe(self, buckets, now)
+
+    monkeypatch.setattr(Buckets, "probe_visible", recording)
+    assert queue.visible_buckets(10) == [1, 2]
+    assert 0 not in probed and {1, 2} <= set(probed)
+
+
 def test_leases_surely_hold_for_half_a_timeout_after_planning() -> None:
     now = time.monotonic()
     assert leases_surely_held((now, 30.0))
     assert not leases_surely_held((now - 16.0, 30.0))  # past half the timeout: read them
     assert not leases_surely_held(None)  # planned before a restart: unknown
+
+
+def test_buckets_a_step_in_flight_leased_are_skipped_without_reading_their_leases(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = client.create_queue("in-flight-skip", bucket_size=5)
+    queue.send_batch([str(i).encode() for i in range(12)])
+    queue.steps.receive_leased("q", 1, 0, 10, buckets=[0, 1], first_attempt=True)
+
+    read: list[int] = []
+    next_visible = Buckets.next_visible_many
+
+    def recording(self: Buckets, buckets: Any) -> Any:
+        read.extend(buckets)
+        return next_visible(self, buckets)
+
+    monkeypatch.setattr(Buckets, "next_visible_many", recording)
+    assert queue.visible_buckets(10, leased_here={0}) == [2]
+    # bucket 1 (not named) has its first lease's end read; bucket 0 is skipped unread
+    assert read == [1]
+    assert queue.visible_buckets(10, leased_here={0}) == [2]
+    assert read == [1]  # both are skipped now

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from spark_queue.defaults import IDLE_RECHECK, TAIL_REFRESH
 from spark_queue.store.buckets import Buckets
@@ -77,20 +77,42 @@ class Bounds:
         with self._lock:
             self._skip_until.pop(bucket, None)
 
+    def note_drained(self, buckets: Sequence[int], until: int) -> None:
+        """Skip fully allocated buckets an ack left without an unacked message until ``until``.
+
+        Nothing in them can become visible again; only a send slow enough to
+        land after the drain can add a message (until the bucket is sealed),
+        and it is seen once the skip ends. No read: the drain's probe said so.
+        """
+        with self._lock:
+            for bucket in buckets:
+                if bucket >= self.head:
+                    self._skip_until[bucket] = max(self._skip_until.get(bucket, 0), until)
+
     def note_idle(self, bucket: int, now: int) -> None:
         """Skip a fully allocated bucket without visible messages for a while."""
         self.note_idle_many([bucket], now)
 
-    def note_idle_many(self, buckets: Sequence[int], now: int) -> None:
+    def note_idle_many(
+        self, buckets: Sequence[int], now: int, *, leased_here: Collection[int] = ()
+    ) -> None:
         """``note_idle`` for several buckets, their unacked messages read at once.
 
         A bucket is skipped until its first unacked message becomes visible,
-        at most ``IDLE_RECHECK`` seconds.
+        at most ``IDLE_RECHECK`` seconds. ``leased_here``: buckets whose leases
+        the caller holds and keeps renewing (a Spark query's steps in flight):
+        none of those ends within the recheck, so they are skipped for the
+        whole of it without reading when their first lease ends.
         """
         full = [b for b in buckets if (b + 1) * self._buckets.bucket_size <= self.tail]
         # The tail bucket is left out: new messages may land there any moment.
-        next_visible = self._buckets.next_visible_many(full)
         recheck = now + int(IDLE_RECHECK * 1000)
+        with self._lock:
+            for bucket in full:
+                if bucket in leased_here:
+                    self._skip_until[bucket] = recheck
+        full = [b for b in full if b not in leased_here]
+        next_visible = self._buckets.next_visible_many(full)
         with self._lock:
             for bucket, first in zip(full, next_visible, strict=True):
                 self._skip_until[bucket] = recheck if first is None else min(recheck, first)

@@ -31,6 +31,11 @@ before. What is left to the counts' round robin: a lane whose last scan
 stopped at its limit exactly on its last row keeps that bucket waiting until
 it is scanned again (the consumer's next receive).
 
+A drained bucket is also skipped by this handle's receives and the Spark
+planner's probes until the mark's ``next_change`` (``Bounds.note_drained``):
+without it, each probe read its acked rows again every ``IDLE_RECHECK`` until
+the bucket was dropped.
+
 What a mark promises. An empty bucket gets a count of 0, taken after the probe
 read (the later count of a bucket wins, ``store/counts.py``). A message that
 lands in it after the probe (a slow write of an id handed out earlier: only
@@ -144,6 +149,7 @@ class Drains:
             recheck = now + int(self._settings().seal_delay * 1000)
             empty = [b for b, any_left in zip(probe, held, strict=True) if not any_left]
             self._counts.write([BucketCount(b, 0, 0, 0, None, recheck, now) for b in empty])
+            self._bounds.note_drained(empty, recheck)
         except SparkQueueError:
             log.warning(
                 "queue %s: could not store the counts of drained buckets %s; counts catch up later",

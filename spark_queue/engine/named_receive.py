@@ -13,7 +13,7 @@ instead (``receiving.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from spark_queue.engine.bounds import Bounds
@@ -167,13 +167,18 @@ class BucketReceiver:
             found.extend(self._buckets.scan_visible(bucket, now, want - len(found)))
         return found
 
-    def visible_buckets(self, max_buckets: int, below: int | None) -> list[int]:
+    def visible_buckets(
+        self, max_buckets: int, below: int | None, leased_here: Collection[int] = ()
+    ) -> list[int]:
         """Live buckets holding at least one visible message, oldest first.
 
         The buckets not known idle are probed ``max_buckets`` (at least
         ``PROBE_WINDOW``) at a time, each window's probes at once: a drained
         stretch of buckets not dropped yet costs a round trip per window, not
         one per bucket (the Spark source asks on every trigger).
+        ``leased_here``: buckets the caller's own steps in flight hold leases
+        in (``Bounds.note_idle_many``); found without a visible message, they
+        are skipped for a while without a second read.
         """
         self._maintenance.maybe()
         now = now_ms()
@@ -190,7 +195,9 @@ class BucketReceiver:
             visible = self._buckets.probe_visible(probed, now)
             found += [b for b, v in zip(probed, visible, strict=True) if v]
             self._bounds.note_idle_many(
-                [b for b, v in zip(probed, visible, strict=True) if not v], now
+                [b for b, v in zip(probed, visible, strict=True) if not v],
+                now,
+                leased_here=leased_here,
             )
             if len(found) >= max_buckets:
                 break

@@ -117,6 +117,11 @@ class BucketSharing:
         with self._lock:
             self._held.setdefault(step, set()).update(parts)
 
+    def held_in(self, name: str) -> set[int]:
+        """The buckets of queue ``name`` that steps not yet acked hold."""
+        with self._lock:
+            return {b for parts in self._held.values() for q, b in parts if q == name}
+
     def renew(self, queue: Queue, step: int, period: float) -> None:
         """Renew the buckets ``step`` holds on ``queue`` (the renewal thread)."""
         with self._lock:

@@ -215,7 +215,9 @@ class BdqStreamReader(StepTrackingReader, SupportsTriggerAvailableNow):
             # Twice what the limit needs: buckets another query owns are left out.
             wanted = min(MAX_PARTITIONS, 2 * math.ceil(max_rows / size))
             below = None if tails is None else tails[name]
-            found.append([(name, b, size) for b in queue.visible_buckets(wanted, below=below)])
+            held = self._sharing.held_in(name)
+            visible = queue.visible_buckets(wanted, below=below, leased_here=held)
+            found.append([(name, b, size) for b in visible])
         recreated = self._check_incarnations(begin, ids)
         incarnations = incarnations_of({**begin.incarnation, **ids})
         plan = planning.plan(found, max_rows, MAX_PARTITIONS)
