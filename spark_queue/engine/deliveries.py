@@ -23,12 +23,18 @@ def as_datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def fresh_lease(m: Candidate | StoredMessage, timeout_ms: int, now: int) -> LeaseWrite:
-    """A fresh lease on ``m`` until ``now + timeout_ms``: its next delivery."""
+def fresh_lease(
+    m: Candidate | StoredMessage, timeout_ms: int, now: int, token: int | None = None
+) -> LeaseWrite:
+    """A fresh lease on ``m`` until ``now + timeout_ms``: its next delivery.
+
+    ``token``: the lease token to write (a Spark step part's, shared by its
+    messages); default a new random one.
+    """
     return LeaseWrite(
         bucket=m.bucket,
         id=m.id,
-        lease=new_lease(),
+        lease=new_lease() if token is None else token,
         visible_at=now + timeout_ms,
         delivery_count=m.delivery_count + 1,
         expires_at=m.expires_at,

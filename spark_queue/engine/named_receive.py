@@ -14,7 +14,6 @@ instead (``receiving.py``).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
 
 from spark_queue.engine.bounds import Bounds
 from spark_queue.engine.claims import Claims, pick_oldest
@@ -128,7 +127,7 @@ class BucketReceiver:
         found = [m for m in found if (m.bucket, m.id) not in taken]
         picked = pick_oldest(found, want, hint, self._claims.rng)
         fresh = [m for m in self._past_limit(picked, now) if m.expires_at > now]
-        leased = [(m, replace(fresh_lease(m, timeout_ms, now), lease=token)) for m in fresh]
+        leased = [(m, fresh_lease(m, timeout_ms, now, token)) for m in fresh]
         # Taken back: the dead attempt counted their delivery already.
         leased += [
             (m, LeaseWrite(m.bucket, m.id, token, now + timeout_ms, m.delivery_count, m.expires_at))
