@@ -50,15 +50,19 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from spark_queue.defaults import LANE_LOOK_PAUSE, LANE_LOOK_PAUSE_MAX, LANE_TRIES
-from spark_queue.engine.ownership import Ownership, new_owner
+from spark_queue.engine.ownership import Grant, Ownership, new_owner
 from spark_queue.store.message_values import StoredMessage
 from spark_queue.store.owners import Key
 from spark_queue.store.session import Store
 
 #: Ids per share: the unit a consumer takes keyless messages in.
 SHARE_IDS = 16
-#: A take covers about this many receives of the taker's size (in whole shares).
+#: The smallest take covers about this many receives of the taker's size (in whole shares).
 SHARE_TAKE = 2
+#: Seconds a take should last its owner: one drained in less than half of it doubles the next.
+SHARE_HOLD = 0.5
+#: Most ids a take grows to (the smallest take may be larger: a receive of that many).
+SHARE_TAKE_MAX = 512
 #: At most, a look starts its take at one of this many oldest free shares, at random.
 SHARE_SPREAD = 4
 #: The ``slice`` of share 0 of a bucket in the ``ownership`` table (Spark's slices lie below).
@@ -120,6 +124,8 @@ class ShareOwner:
         self._renew_at = 0.0
         self._look_at = 0.0
         self._pause = LANE_LOOK_PAUSE
+        self._scale = 1  # the next take covers SHARE_TAKE * want * _scale messages
+        self._taken_at: float | None = None  # when the last take won, until the next look
 
     def _key(self, share: Key) -> Key:
         return share[0], SHARE_SLICES + share[1]
@@ -141,11 +147,18 @@ class ShareOwner:
         return until is not None and until - margin > time.monotonic()
 
     def rows(
-        self, scan: Scan, want: int, only: Collection[Key] | None = None
+        self,
+        scan: Scan,
+        want: int,
+        only: Collection[Key] | None = None,
+        limit: int | None = None,
     ) -> tuple[list[StoredMessage], dict[int, Key]]:
         """Up to ``want`` visible keyless rows of the shares held (or ``only``), and their shares.
 
-        Shares a scan shows without a visible row are dropped (module doc).
+        With ``limit``, a run's scan may read up to ``limit`` rows in all (read
+        ahead, kept by the receive), but the next run is scanned only while
+        ``want`` is not met. Shares a scan shows without a visible row are
+        dropped (module doc).
         """
         now = time.monotonic()
         with self._lock:
@@ -160,7 +173,7 @@ class ShareOwner:
                 break
             start = share_range(run[0], self.bucket_size)[0]
             end = share_range(run[-1], self.bucket_size)[1]
-            cap = want - len(found)
+            cap = max(want, limit or want) - len(found)
             got = scan(run[0][0], (start, end), cap)
             seen = {share_of(m.id, self.bucket_size) for m in got}
             # A scan cut at its limit says nothing of the shares past its last row.
@@ -194,7 +207,16 @@ class ShareOwner:
                     self._owned.pop(share, None)
 
     def look(self, busy: Busy, want: int, hint: int = 1) -> list[Key]:
-        """Take free shares covering about ``SHARE_TAKE * want`` visible keyless messages.
+        """Take free shares covering visible keyless messages for the next receives.
+
+        A take covers ``SHARE_TAKE`` receives of ``want`` messages, times a
+        scale that follows how fast this handle drains its takes: one drained
+        within ``SHARE_HOLD / 2`` seconds doubles the next (up to
+        ``SHARE_TAKE_MAX`` ids), one that lasted over ``2 * SHARE_HOLD``
+        halves it, and a look that sees nothing visible starts over. A
+        consumer doing work per message keeps small takes that others can
+        share (issue 22); one that only receives takes a few hundred ids per
+        lightweight transaction, about what a lane costs it.
 
         ``hint`` is the receive's order hint K: the take may start at any of the
         K oldest free shares (more where other consumers own shares: module doc).
@@ -209,17 +231,35 @@ class ShareOwner:
         Returns:
             The shares taken, oldest first (none: nothing free to take).
         """
+        base = max(1, want) * SHARE_TAKE
         with self._lock:
-            if time.monotonic() < self._look_at:
+            now = time.monotonic()
+            if now < self._look_at:
                 return []
-        taken = self._look(busy, max(1, want) * SHARE_TAKE, hint)
+            if self._taken_at is not None:
+                lasted, self._taken_at = now - self._taken_at, None
+                if lasted < SHARE_HOLD / 2 and base * self._scale < SHARE_TAKE_MAX:
+                    self._scale *= 2
+                elif lasted > 2 * SHARE_HOLD:
+                    self._scale = max(1, self._scale // 2)
+            size = max(base, min(base * self._scale, SHARE_TAKE_MAX))
+        taken = self._look(busy, size, hint)
         with self._lock:
             if taken:
                 self._pause = LANE_LOOK_PAUSE
+                self._taken_at = time.monotonic()
             elif taken is not None:  # visible, but others own them: wait a while
                 self._look_at = time.monotonic() + self._pause
                 self._pause = min(self._pause * 2, LANE_LOOK_PAUSE_MAX)
+            else:  # nothing visible: the next messages may come to consumers doing work
+                self._scale = 1
         return taken or []
+
+    def take_size(self, want: int) -> int:
+        """How many messages the next take would cover for receives of ``want`` (for tests)."""
+        base = max(1, want) * SHARE_TAKE
+        with self._lock:
+            return max(base, min(base * self._scale, SHARE_TAKE_MAX))
 
     def _look(self, busy: Busy, want: int, hint: int) -> list[Key] | None:
         """The shares taken; None when no keyless message was visible at all."""
@@ -232,40 +272,58 @@ class ShareOwner:
             if not counts:
                 continue
             seen = True
-            owners = self._ownership.owned_in([bucket])
-            with self._lock:
-                mine = set(self._owned)
-            # A share whose row still names us (dropped, then a message came back) is ours.
-            free = [
-                i
-                for i in counts
-                if owners.get(self._key((bucket, i))) in (None, self.owner)
-                and (bucket, i) not in mine
-            ]
-            others = len({o for o in owners.values() if o != self.owner})
-            spread = max(hint, min(1 + others, SHARE_SPREAD))
             for _ in range(LANE_TRIES):
+                owners = self._ownership.owned_in([bucket])  # read again after a lost race
+                with self._lock:
+                    mine = set(self._owned)
+                # A share whose row still names us (dropped, then a message came back)
+                # is ours: take it up again (a renewal of our row, key by key).
+                lapsed = [
+                    i
+                    for i in counts
+                    if owners.get(self._key((bucket, i))) == self.owner and (bucket, i) not in mine
+                ]
+                if lapsed:
+                    won = self._won(
+                        self._ownership.take(
+                            self.owner, [self._key((bucket, i)) for i in lapsed], self.period()
+                        )
+                    )
+                    if won:
+                        return won
+                free = [i for i in counts if self._key((bucket, i)) not in owners]
                 if not free:
                     break
+                others = len({o for o in owners.values() if o != self.owner})
+                spread = max(hint, min(1 + others, SHARE_SPREAD))
                 start = self.rng.randrange(min(len(free), spread))
                 run: list[int] = []
                 for index in free[start:]:
                     run.append(index)
                     if sum(counts[i] for i in run) >= want:
                         break
+                # All or nothing: a run lost to a faster consumer costs one batch and
+                # a read of the owners, not a lightweight transaction per share.
                 grant = self._ownership.take(
-                    self.owner, [self._key((bucket, i)) for i in run], self.period()
+                    self.owner,
+                    [self._key((bucket, i)) for i in run],
+                    self.period(),
+                    piecemeal=False,
                 )
-                if grant.keys:
-                    won = sorted(self._share(k) for k in grant.keys)
-                    with self._lock:
-                        for share in won:
-                            self._owned[share] = grant.until
-                        if len(self._owned) == len(won):
-                            self._renew_at = time.monotonic() + self.period() / 3
+                won = self._won(grant)
+                if won:
                     return won
-                free = [i for i in free if i not in run]  # others took them first
         return [] if seen else None
+
+    def _won(self, grant: Grant) -> list[Key]:
+        """Record the shares of ``grant`` as held; return them, oldest first."""
+        won = sorted(self._share(k) for k in grant.keys)
+        with self._lock:
+            for share in won:
+                self._owned[share] = grant.until
+            if won and len(self._owned) == len(won):
+                self._renew_at = time.monotonic() + self.period() / 3
+        return won
 
     def wake(self) -> None:
         """Look at the next receive, without the pause a fruitless look set (a message is back)."""
