@@ -6,8 +6,9 @@ How a plain receive works (seed 000, BlueDove, received through lanes,
 1. **Own lanes and shares.** The handle renews its lanes (keyed messages) and
    shares (keyless ones, ``shares.py``) at a third of their period and lets
    idle ones go; a receive that comes up short takes a free lane with visible
-   messages, else a few free shares (one look each, up to ``LANE_TAKES``;
-   ``head_look.py`` reads the head buckets once for both).
+   messages, else a run of free shares (one look each, up to ``LANE_TAKES``;
+   ``head_look.py``: the lanes' look reads the head buckets once a receive,
+   the shares' reads keyless ids from a floor).
 2. **Scan** each owned lane from the head bucket for unacked messages whose
    ``visible_at`` has passed (``lane = ?`` filtered inside each bucket's
    partition, payloads and all) and keep the oldest ``K * n`` (K: the order
@@ -15,7 +16,8 @@ How a plain receive works (seed 000, BlueDove, received through lanes,
    message of a lane are skipped for that lane until its next one becomes
    visible, at most ``IDLE_RECHECK`` seconds. A scan reads ahead up to
    ``PREFETCH`` receives' worth; the rest serve the handle's next receives for
-   ``PREFETCH_HOLD_MS`` (``_lane_rows``).
+   ``PREFETCH_HOLD_MS`` (``_lane_rows``). The shares held are scanned alike,
+   keyless rows only, and read ahead alike (``_share_rows``).
 3. **Pick** ``n`` of them at random, skipping what sibling threads of this
    handle hold (``claims.py``); messages past ``max_deliveries`` move to the
    dead-letter queue (``dead_letters.py``, a lightweight transaction each).
@@ -67,7 +69,7 @@ from spark_queue.engine.claims import Claims
 from spark_queue.engine.dead_letters import DeadLetters
 from spark_queue.engine.deliveries import delivery_of, fresh_lease
 from spark_queue.engine.drains import Drains
-from spark_queue.engine.head_look import HeadLook
+from spark_queue.engine.head_look import HeadLook, KeylessLook
 from spark_queue.engine.lanes import KEYLESS, LaneOwner
 from spark_queue.engine.lease_memory import OwnLeases
 from spark_queue.engine.lifecycle import Maintenance
@@ -155,6 +157,7 @@ class Receiver:
         self._lane_floor: dict[int, Floor] = {}
         self._read_ahead: dict[int, ReadAhead] = {}
         self._share_ahead: ReadAhead | None = None  # keyless rows read ahead in shares held
+        self.keyless = KeylessLook(buckets, bounds)  # where looks for free shares start
         self.named = BucketReceiver(buckets, bounds, maintenance, self.claims, self._past_limit)
         self._stopped: dict[int, int] = {}  # lane -> bucket where its last scan hit its limit
         self.drains = Drains(buckets, bounds, settings, self.unfinished)  # zero counts of drains
@@ -225,7 +228,7 @@ class Receiver:
                 rows = self._lane_visible(taken, short, now, limit=limit_of(short))
                 lane_of.update(((m.bucket, m.id), taken) for m in rows)
             else:
-                took = shares.look(look.keyless, count, hint)
+                took = shares.look(self.keyless, count, hint)
                 if not took:
                     break
                 rows, ids = shares.rows(scan_share, short, only=took, limit=limit_of(short))
@@ -483,6 +486,7 @@ class Receiver:
         self._lane_floor.clear()
         self._read_ahead.clear()  # an older message may be visible: scan again, in order
         self._share_ahead = None
+        self.keyless.forget()
         self.shares.wake()  # and may lie in a share let go: look again at once
 
     def acked(self, keys: Sequence[tuple[int, int]]) -> None:

@@ -10,23 +10,34 @@ shares with visible messages, as a consumer of a Kafka share group acquires a
 batch of a partition's records under a lock of its own, and many consumers
 work on one bucket side by side.
 
-* **Taking.** A receive whose lanes and shares came up short takes a few free
-  shares with visible keyless messages, as many as cover about
-  ``SHARE_TAKE`` receives of its size: one conditional batch in the bucket's
-  partition of the ``ownership`` table (a share is slice
-  ``SHARE_SLICES + index`` there, clear of the Spark source's slices), so one
-  lightweight transaction buys a run of messages, never one per message.
-  A consumer alone in a bucket takes its oldest free shares (with the order
-  hint K, one of the K oldest); where others own shares too it starts at one
-  of the first ``1 + others`` free shares at random (up to ``SHARE_SPREAD``),
-  so that consumers looking at once spread over a bucket rather than all
-  trying its oldest share. A share lost to another is passed over.
-* **Receiving.** The owner scans its shares' id ranges (keyless rows only)
-  and leases with plain writes while its grant surely holds (``Grant.until``),
-  as a lane owner does: nobody else leases there. A share found without a
-  visible message is dropped at once: not scanned, not renewed, its row
-  lapses by TTL (no transaction to release it). A share still holding visible
-  messages is renewed at a third of the period, with the lanes'.
+* **Taking.** A receive whose lanes and shares came up short looks for free
+  shares with visible keyless messages (``head_look.py``'s ``KeylessLook``:
+  their ids from a floor, then the id ranges of shares nobody holds) and
+  takes a run of them in one conditional batch in the bucket's partition of
+  the ``ownership`` table (a share is slice ``SHARE_SLICES + index`` there,
+  clear of the Spark source's slices), so one lightweight transaction buys a
+  run of messages, never one per message. A take covers ``SHARE_TAKE``
+  receives of the taker's size times a scale that follows the taker: doubled
+  after a take drained within ``SHARE_HOLD / 2`` seconds, up to
+  ``SHARE_TAKE_MAX`` ids, halved after one that lasted over ``2 *
+  SHARE_HOLD``. A consumer doing work on each message keeps takes of a
+  couple of receives, which others can share (issue 22); a consumer that
+  only receives takes a few hundred ids per transaction, about what a lane
+  costs it. A consumer alone in a bucket takes its oldest free shares (with
+  the order hint K, one of the K oldest); where others own shares too it
+  starts at one of the first ``1 + others`` free shares at random (up to
+  ``SHARE_SPREAD``), so that consumers looking at once spread over a bucket
+  rather than all trying its oldest share. A run lost to a faster consumer
+  wins nothing (no transaction per share): the owners are read again and a
+  run of the shares still free is tried.
+* **Receiving.** The owner scans its shares' id ranges (keyless rows only,
+  runs of consecutive shares in one scan) and leases with plain writes while
+  its grant surely holds (``Grant.until``), as a lane owner does: nobody else
+  leases there. A scan reads ahead as a lane's does (``receiving.py``), so one
+  scan serves several receives. A share found without a visible message is
+  dropped at once: not scanned, not renewed, its row lapses by TTL (no
+  transaction to release it). A share still holding visible messages is
+  renewed at a third of the period, with the lanes'.
 * **Takeover.** A consumer that stops loses its shares when their rows expire
   (``ownership.py``'s bound: ``ceil(period) + 1`` seconds after the last
   renewal) and its deliveries when their visibility timeout ends. A message
@@ -36,8 +47,11 @@ work on one bucket side by side.
 
 Order and fairness. Shares are taken oldest first within a small random
 spread, so keyless messages are received almost in order, as BlueDove's K
-allows, and no consumer holds more than a few receives' worth that others
-could be working on. Keyed messages keep their order per key through lanes.
+allows, and no consumer holds much more than ``SHARE_HOLD`` seconds of its
+own receives that others could be working on. Competing consumers of one
+producer's keyless messages still receive them out of that producer's order
+(each works on a run of its own). Keyed messages keep their order per key
+through lanes.
 """
 
 from __future__ import annotations
@@ -46,12 +60,18 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from spark_queue.defaults import LANE_LOOK_PAUSE, LANE_LOOK_PAUSE_MAX, LANE_TRIES
+from spark_queue.defaults import (
+    LANE_LOOK_BUCKETS,
+    LANE_LOOK_PAUSE,
+    LANE_LOOK_PAUSE_MAX,
+    LANE_TRIES,
+)
+from spark_queue.engine.head_look import KEYLESS_PAGE, KeylessLook
 from spark_queue.engine.ownership import Grant, Ownership, new_owner
-from spark_queue.store.message_values import StoredMessage
+from spark_queue.store.message_values import StoredMessage, now_ms
 from spark_queue.store.owners import Key
 from spark_queue.store.session import Store
 
@@ -68,8 +88,6 @@ SHARE_SPREAD = 4
 #: The ``slice`` of share 0 of a bucket in the ``ownership`` table (Spark's slices lie below).
 SHARE_SLICES = 1 << 24
 
-#: Yields ``(bucket, ids)``: the visible keyless messages of each head bucket, oldest first.
-Busy = Callable[[], Iterable[tuple[int, Sequence[int]]]]
 #: Scans ``bucket``'s keyless rows in ``[start, end)``: at most ``limit``, in id order.
 Scan = Callable[[int, tuple[int, int], int], Sequence[StoredMessage]]
 
@@ -85,6 +103,15 @@ def share_range(share: Key, bucket_size: int) -> tuple[int, int]:
     bucket, index = share
     base = bucket * bucket_size
     return base + index * SHARE_IDS, min(base + (index + 1) * SHARE_IDS, base + bucket_size)
+
+
+def _counts(ids: Iterable[int], bucket_size: int) -> dict[int, int]:
+    """How many of ``ids`` (of one bucket, in id order) each share holds, by share index."""
+    counts: dict[int, int] = {}
+    for i in ids:
+        index = share_of(i, bucket_size)[1]
+        counts[index] = counts.get(index, 0) + 1
+    return counts
 
 
 def runs(shares: Iterable[Key]) -> list[list[Key]]:
@@ -206,7 +233,7 @@ class ShareOwner:
                 else:  # lost (renewed too late: someone took it), or dropped meanwhile
                     self._owned.pop(share, None)
 
-    def look(self, busy: Busy, want: int, hint: int = 1) -> list[Key]:
+    def look(self, look: KeylessLook, want: int, hint: int = 1) -> list[Key]:
         """Take free shares covering visible keyless messages for the next receives.
 
         A take covers ``SHARE_TAKE`` receives of ``want`` messages, times a
@@ -243,7 +270,7 @@ class ShareOwner:
                 elif lasted > 2 * SHARE_HOLD:
                     self._scale = max(1, self._scale // 2)
             size = max(base, min(base * self._scale, SHARE_TAKE_MAX))
-        taken = self._look(busy, size, hint)
+        taken = self._look(look, size, hint, now_ms())
         with self._lock:
             if taken:
                 self._pause = LANE_LOOK_PAUSE
@@ -261,28 +288,39 @@ class ShareOwner:
         with self._lock:
             return max(base, min(base * self._scale, SHARE_TAKE_MAX))
 
-    def _look(self, busy: Busy, want: int, hint: int) -> list[Key] | None:
+    def _look(self, look: KeylessLook, want: int, hint: int, now: int) -> list[Key] | None:
         """The shares taken; None when no keyless message was visible at all."""
-        seen = False
-        for bucket, ids in busy():
-            counts: dict[int, int] = {}
-            for i in ids:
-                index = share_of(i, self.bucket_size)[1]
-                counts[index] = counts.get(index, 0) + 1
-            if not counts:
+        seen, looked = False, 0
+        page = max(want, KEYLESS_PAGE)
+        for bucket in look.buckets(now):
+            if looked >= LANE_LOOK_BUCKETS:
+                break
+            ids, done = look.page(bucket, now, page)
+            if not ids:
                 continue
-            seen = True
+            seen, looked = True, looked + 1
             for _ in range(LANE_TRIES):
                 owners = self._ownership.owned_in([bucket])  # read again after a lost race
                 with self._lock:
                     mine = set(self._owned)
+
+                # Shares someone holds: another consumer, or this handle still.
+                held = {
+                    self._share(k)[1]
+                    for k, who in owners.items()
+                    if k[1] >= SHARE_SLICES and (who != self.owner or self._share(k) in mine)
+                }
+                # Read on, in the shares nobody holds, while the free ones fall short.
+                counts = _counts(ids, self.bucket_size)
+                for gap in [] if done else self._gaps(bucket, ids[-1] + 1, held):
+                    if sum(n for i, n in counts.items() if i not in held) >= want:
+                        break
+                    ids += look.ids_in(bucket, gap, now, page)
+                    counts = _counts(ids, self.bucket_size)
+                done = True  # the gaps are read: another try reads the owners only
                 # A share whose row still names us (dropped, then a message came back)
                 # is ours: take it up again (a renewal of our row, key by key).
-                lapsed = [
-                    i
-                    for i in counts
-                    if owners.get(self._key((bucket, i))) == self.owner and (bucket, i) not in mine
-                ]
+                lapsed = [i for i in counts if i not in held and self._key((bucket, i)) in owners]
                 if lapsed:
                     won = self._won(
                         self._ownership.take(
@@ -314,6 +352,22 @@ class ShareOwner:
                 if won:
                     return won
         return [] if seen else None
+
+    def _gaps(self, bucket: int, start: int, held: Collection[int]) -> Iterator[tuple[int, int]]:
+        """Id ranges ``[start, end)`` of ``bucket`` from ``start`` on, over shares not ``held``."""
+        base = bucket * self.bucket_size
+        index, shares = share_of(start, self.bucket_size)[1], -(-self.bucket_size // SHARE_IDS)
+        while index < shares:
+            if index in held:
+                index += 1
+                continue
+            first = index
+            while index < shares and index not in held:
+                index += 1
+            yield (
+                max(start, base + first * SHARE_IDS),
+                min(base + index * SHARE_IDS, base + self.bucket_size),
+            )
 
     def _won(self, grant: Grant) -> list[Key]:
         """Record the shares of ``grant`` as held; return them, oldest first."""
