@@ -7,20 +7,27 @@ Cassandra; the rest on the shared node, and on a MemoryStore under
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from spark_queue import QueueClient
 from spark_queue.engine.lanes import lane_of
 from spark_queue.engine.ownership import ttl_of
-from spark_queue.engine.shares import SHARE_IDS, runs, share_of, share_range
+from spark_queue.engine.shares import SHARE_IDS, SHARE_TAKE_MAX, runs, share_of, share_range
+from spark_queue.store.lane_scans import BUSY_LANES, SCAN_RANGE, VISIBLE_IDS
+from spark_queue.store.memory import MemoryBatch, MemoryStatement, MemoryStore
+from spark_queue.store.owners import TAKE
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from spark_queue.message import Delivery
+    from spark_queue.store.session import Params
     from tests.conftest import Backend
 
 both_stores = pytest.mark.both_stores
@@ -47,6 +54,100 @@ def test_runs_group_consecutive_shares_of_one_bucket() -> None:
         [(1, 0)],
     ]
     assert runs([]) == []
+
+
+# -- what a consumer's receives cost (a MemoryStore's statements) --------------------------
+
+
+@contextlib.contextmanager
+def statements_of(store: MemoryStore) -> Iterator[Counter[str]]:
+    """Count the statements run on ``store`` inside the block, by their CQL (a batch once)."""
+    seen: Counter[str] = Counter()
+    execute, execute_many = store.execute, store.execute_many
+
+    def text(statement: Any) -> str:
+        if isinstance(statement, MemoryBatch):
+            statement = statement.entries[0][0]
+        return statement.cql if isinstance(statement, MemoryStatement) else str(statement)
+
+    def counted(cql: str, params: Params = (), **kw: Any) -> Any:
+        seen[text(cql)] += 1
+        return execute(cql, params, **kw)
+
+    def counted_many(statements: Any, **kw: Any) -> Any:
+        seen.update(text(statement) for statement, _ in statements)
+        return execute_many(statements, **kw)
+
+    store.execute, store.execute_many = counted, counted_many  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        del store.execute, store.execute_many
+
+
+def count_of(seen: Counter[str], cql: str, ks: str) -> int:
+    return sum(n for text, n in seen.items() if text in (cql, cql.format(ks=ks)))
+
+
+def test_a_lone_consumer_pays_a_lightweight_transaction_per_hundreds_of_ids() -> None:
+    # Given 2,000 keyless messages (two buckets) in a queue of 8 lanes
+    store = MemoryStore()
+    with QueueClient(store=store) as client:
+        queue = client.create_queue("lone-consumer", lanes=8)
+        ids: list[int] = []
+        for _ in range(20):
+            ids += queue.send_batch([b"x"] * 100)
+
+        # When one consumer receives them 10 at a time, acking each receive
+        got: list[int] = []
+        receives = 0
+        with statements_of(store) as seen:
+            while len(got) < len(ids) and receives < 1000:
+                batch = queue.receive(10)
+                receives += 1
+                queue.ack_batch([d.receipt for d in batch])
+                got += [d.id for d in batch]
+        takes = count_of(seen, TAKE.format(table="ownership"), store.keyspace)
+        scans = count_of(seen, SCAN_RANGE, store.keyspace)
+        whole = count_of(seen, BUSY_LANES, store.keyspace)
+        pages = count_of(seen, VISIBLE_IDS, store.keyspace)
+
+    # Then each arrived once
+    assert sorted(got) == ids
+    # And its takes grew while it drained them fast: takes of two receives'
+    # worth (20 ids) made 100 takes, 2,000 / SHARE_TAKE_MAX is 4
+    assert takes <= 20, takes
+    # And a scan served several receives (read ahead): one scan per 16-id share was ~1.3 a receive
+    assert scans <= receives // 2, (scans, receives)
+    # And its looks read ids from a floor, not whole head buckets (only the
+    # lanes' look, paused while nothing is keyed, reads those)
+    assert pages <= 2 * takes + 10, (pages, takes)
+    assert whole <= 20, whole
+    assert SHARE_TAKE_MAX >= 256
+
+
+def test_a_look_reads_past_the_shares_others_hold_without_reading_through_them() -> None:
+    # Given a consumer that took 600 ids' worth of shares (a receive of 300) and leased half
+    store = MemoryStore()
+    with QueueClient(store=store) as client, QueueClient(store=store) as other:
+        queue = client.create_queue("held-runs", lanes=8)
+        ids: list[int] = []
+        for _ in range(10):
+            ids += queue.send_batch([b"x"] * 100)
+        first = queue.receive(300)
+        held = queue.shares.owned()
+        assert len(first) == 300 and len(held) * SHARE_IDS >= 600
+        end = share_range(held[-1], 1000)[1]
+
+        # When another consumer looks for free shares
+        with statements_of(store) as seen:
+            got = other.queue("held-runs").receive(10)
+
+    # Then it took shares past the first's, reading the visible ids of one
+    # page from the floor (all in the first's shares) and of one gap past
+    # them: not the three pages of the first's visible rows
+    assert len(got) == 10 and min(d.id for d in got) >= end
+    assert count_of(seen, VISIBLE_IDS, store.keyspace) == 2
 
 
 # -- on Cassandra (and a MemoryStore) -----------------------------------------------------

@@ -152,13 +152,19 @@ class Ownership:
         self.queue_id = queue_id
         self._table = OwnerTable(store, queue_id, table)
 
-    def take(self, owner: str, keys: Iterable[Key], period_s: float) -> Grant:
+    def take(
+        self, owner: str, keys: Iterable[Key], period_s: float, *, piecemeal: bool = True
+    ) -> Grant:
         """Take the keys no live consumer owns; renew those ``owner`` holds already.
 
         Args:
             owner: Who takes them (``new_owner()``).
             keys: ``(bucket, slice)`` pairs.
             period_s: Seconds the ownership lasts unless renewed.
+            piecemeal: When a bucket's batch does not apply (a key there is
+                not free), try its keys one by one. Without it that bucket's
+                keys are lost at the cost of one batch: for a caller that
+                reads the owners again and asks for free keys only.
 
         Returns:
             The keys ``owner`` now holds, and until when.
@@ -169,7 +175,9 @@ class Ownership:
         owner, wanted, period = check_owner(owner), check_keys(keys), check_period(period_s)
         started = time.monotonic()
         ttl = ttl_of(period)
-        won = self._table.insert_free(owner, wanted, ttl)
+        won = self._table.insert_free(owner, wanted, ttl, piecemeal=piecemeal)
+        if not piecemeal:
+            return Grant([k for k in wanted if k in won], started + period)
         # A key this owner holds already is not free, yet it is ours: renew it.
         taken_by_others = [k for k in wanted if k not in won]
         mine = [k for k, o in self.owners(taken_by_others).items() if o == owner]

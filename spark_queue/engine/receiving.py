@@ -6,8 +6,9 @@ How a plain receive works (seed 000, BlueDove, received through lanes,
 1. **Own lanes and shares.** The handle renews its lanes (keyed messages) and
    shares (keyless ones, ``shares.py``) at a third of their period and lets
    idle ones go; a receive that comes up short takes a free lane with visible
-   messages, else a few free shares (one look each, up to ``LANE_TAKES``;
-   ``head_look.py`` reads the head buckets once for both).
+   messages, else a run of free shares (one look each, up to ``LANE_TAKES``;
+   ``head_look.py``: the lanes' look reads the head buckets once a receive,
+   the shares' reads keyless ids from a floor).
 2. **Scan** each owned lane from the head bucket for unacked messages whose
    ``visible_at`` has passed (``lane = ?`` filtered inside each bucket's
    partition, payloads and all) and keep the oldest ``K * n`` (K: the order
@@ -15,7 +16,8 @@ How a plain receive works (seed 000, BlueDove, received through lanes,
    message of a lane are skipped for that lane until its next one becomes
    visible, at most ``IDLE_RECHECK`` seconds. A scan reads ahead up to
    ``PREFETCH`` receives' worth; the rest serve the handle's next receives for
-   ``PREFETCH_HOLD_MS`` (``_lane_rows``).
+   ``PREFETCH_HOLD_MS`` (``_lane_rows``). The shares held are scanned alike,
+   keyless rows only, and read ahead alike (``_share_rows``).
 3. **Pick** ``n`` of them at random, skipping what sibling threads of this
    handle hold (``claims.py``); messages past ``max_deliveries`` move to the
    dead-letter queue (``dead_letters.py``, a lightweight transaction each).
@@ -67,12 +69,12 @@ from spark_queue.engine.claims import Claims
 from spark_queue.engine.dead_letters import DeadLetters
 from spark_queue.engine.deliveries import delivery_of, fresh_lease
 from spark_queue.engine.drains import Drains
-from spark_queue.engine.head_look import HeadLook
+from spark_queue.engine.head_look import HeadLook, KeylessLook
 from spark_queue.engine.lanes import KEYLESS, LaneOwner
 from spark_queue.engine.lease_memory import OwnLeases
 from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.engine.named_receive import BucketReceiver
-from spark_queue.engine.shares import ShareOwner
+from spark_queue.engine.shares import ShareOwner, share_of
 from spark_queue.message import Delivery, new_lease
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.lane_scans import lane_visible_at, scan_lane, scan_range
@@ -154,6 +156,8 @@ class Receiver:
         self._lane_idle: dict[tuple[int, int], int] = {}  # (lane, bucket) -> skip until (ms)
         self._lane_floor: dict[int, Floor] = {}
         self._read_ahead: dict[int, ReadAhead] = {}
+        self._share_ahead: ReadAhead | None = None  # keyless rows read ahead in shares held
+        self.keyless = KeylessLook(buckets, bounds)  # where looks for free shares start
         self.named = BucketReceiver(buckets, bounds, maintenance, self.claims, self._past_limit)
         self._stopped: dict[int, int] = {}  # lane -> bucket where its last scan hit its limit
         self.drains = Drains(buckets, bounds, settings, self.unfinished)  # zero counts of drains
@@ -194,7 +198,7 @@ class Receiver:
         # Claimed rows show up only while a sibling thread's lease is in flight.
         want = count * hint + min(len(self.claims), 4 * count)
         lane_of: dict[tuple[int, int], int] = {}
-        share_of: dict[int, Key] = {}  # keyless rows: id -> share
+        share_of_id: dict[int, Key] = {}  # keyless rows: id -> share
         until_of: dict[int, int] = {}  # lane -> until when its rows may be read ahead (ms)
         found: list[StoredMessage] = []
         for lane in lanes.safe_lanes():
@@ -205,9 +209,13 @@ class Receiver:
             if len(found) >= want:
                 break
         scan_share = functools.partial(self._scan_share, now=now)
+        limit_of = functools.partial(
+            scan_limit, max_message_bytes=self._settings().max_message_bytes
+        )
+        share_until = now + PREFETCH_HOLD_MS  # until when keyless rows may be read ahead (ms)
         if len(found) < want:
-            rows, ids = shares.rows(scan_share, want - len(found))
-            share_of.update(ids)
+            rows, ids, share_until = self._share_rows(want - len(found), now)
+            share_of_id.update(ids)
             found.extend(rows)
         for _ in range(LANE_TAKES):
             if len(found) >= count:
@@ -217,15 +225,14 @@ class Receiver:
             short = want - len(found)
             taken = lanes.look(look.busy_lanes)
             if taken is not None:
-                limit = scan_limit(short, self._settings().max_message_bytes)
-                rows = self._lane_visible(taken, short, now, limit=limit)
+                rows = self._lane_visible(taken, short, now, limit=limit_of(short))
                 lane_of.update(((m.bucket, m.id), taken) for m in rows)
             else:
-                took = shares.look(look.keyless, count, hint)
+                took = shares.look(self.keyless, count, hint)
                 if not took:
                     break
-                rows, ids = shares.rows(scan_share, short, only=took)
-                share_of.update(ids)
+                rows, ids = shares.rows(scan_share, short, only=took, limit=limit_of(short))
+                share_of_id.update(ids)
             found.extend(rows)
             if not found:
                 break
@@ -236,12 +243,12 @@ class Receiver:
         # Lease only in lanes and shares still surely ours: past Grant.until another
         # consumer may own them (ownership.py's bound leaves a second or more).
         safe = {lane for lane in set(lane_of.values()) if lanes.holds(lane)}
-        kept = {share for share in set(share_of.values()) if shares.holds(share)}
+        kept = {share for share in set(share_of_id.values()) if shares.holds(share)}
         late = [
             m
             for m in live
-            if (m.id in share_of and share_of[m.id] not in kept)
-            or (m.id not in share_of and lane_of[(m.bucket, m.id)] not in safe)
+            if (m.id in share_of_id and share_of_id[m.id] not in kept)
+            or (m.id not in share_of_id and lane_of[(m.bucket, m.id)] not in safe)
         ]
         late_keys = {(m.bucket, m.id) for m in late}
         self.claims.drop(late_keys)
@@ -250,6 +257,11 @@ class Receiver:
         passed = picked - late_keys
         self._advance_floors(in_lanes, lane_of, passed, timeout_ms)
         self._keep_ahead(in_lanes, lane_of, picked, safe, until_of, now, timeout_ms)
+        if share_of_id:  # keep the keyless rows of shares still surely ours, not taken now
+            rest = [m for m in found if m.id in share_of_id and (m.bucket, m.id) not in picked]
+            rest = [m for m in rest if share_of_id[m.id] in kept]
+            until = min(share_until, now + timeout_ms)
+            self._share_ahead = ReadAhead(rest, until) if rest else None
         if not live:
             return []
         # One lease token for the receive: its leases agree on everything but the
@@ -300,6 +312,29 @@ class Receiver:
                 return rows, ahead.until
         limit = scan_limit(want, self._settings().max_message_bytes)
         return self._lane_visible(lane, want, now, limit=limit), now + PREFETCH_HOLD_MS
+
+    def _share_rows(self, want: int, now: int) -> tuple[list[StoredMessage], dict[int, Key], int]:
+        """Keyless rows of the shares held for this receive, their shares, and until when.
+
+        As a lane's (``_lane_rows``): the rows a scan of the shares read ahead
+        serve the next receives for ``PREFETCH_HOLD_MS``, while their shares
+        are held; short of ``want``, the shares are scanned again (read ahead
+        too). Nobody else leases in a share while its owner holds it, so rows
+        read ahead stay good, and a redelivered message acked meanwhile is
+        caught by the lease read-back as any other.
+        """
+        ahead, self._share_ahead = self._share_ahead, None
+        if ahead is not None and ahead.until > now:
+            # what sibling threads took meanwhile is theirs; a share lost or dropped is not ours
+            rows = self.claims.free(ahead.rows, time.monotonic())
+            ids = {m.id: share_of(m.id, self._buckets.bucket_size) for m in rows}
+            rows = [m for m in rows if self.shares.holds(ids[m.id])]
+            if len(rows) >= want:
+                return rows, {m.id: ids[m.id] for m in rows}, ahead.until
+        limit = scan_limit(want, self._settings().max_message_bytes)
+        scan = functools.partial(self._scan_share, now=now)
+        rows, ids = self.shares.rows(scan, want, limit=limit)
+        return rows, ids, now + PREFETCH_HOLD_MS
 
     def _scan_share(
         self, bucket: int, ids: tuple[int, int], limit: int, now: int
@@ -450,6 +485,8 @@ class Receiver:
         self._lane_idle = {k: t for k, t in list(self._lane_idle.items()) if k[1] != bucket}
         self._lane_floor.clear()
         self._read_ahead.clear()  # an older message may be visible: scan again, in order
+        self._share_ahead = None
+        self.keyless.forget()
         self.shares.wake()  # and may lie in a share let go: look again at once
 
     def acked(self, keys: Sequence[tuple[int, int]]) -> None:
@@ -459,6 +496,7 @@ class Receiver:
     def purged(self) -> None:
         """Forget what this handle read ahead and the leases it wrote: the queue was purged."""
         self._read_ahead.clear()
+        self._share_ahead = None
         self.own_leases.clear()
 
     def _past_limit(self, chosen: list[M], now: int) -> list[M]:

@@ -10,23 +10,34 @@ shares with visible messages, as a consumer of a Kafka share group acquires a
 batch of a partition's records under a lock of its own, and many consumers
 work on one bucket side by side.
 
-* **Taking.** A receive whose lanes and shares came up short takes a few free
-  shares with visible keyless messages, as many as cover about
-  ``SHARE_TAKE`` receives of its size: one conditional batch in the bucket's
-  partition of the ``ownership`` table (a share is slice
-  ``SHARE_SLICES + index`` there, clear of the Spark source's slices), so one
-  lightweight transaction buys a run of messages, never one per message.
-  A consumer alone in a bucket takes its oldest free shares (with the order
-  hint K, one of the K oldest); where others own shares too it starts at one
-  of the first ``1 + others`` free shares at random (up to ``SHARE_SPREAD``),
-  so that consumers looking at once spread over a bucket rather than all
-  trying its oldest share. A share lost to another is passed over.
-* **Receiving.** The owner scans its shares' id ranges (keyless rows only)
-  and leases with plain writes while its grant surely holds (``Grant.until``),
-  as a lane owner does: nobody else leases there. A share found without a
-  visible message is dropped at once: not scanned, not renewed, its row
-  lapses by TTL (no transaction to release it). A share still holding visible
-  messages is renewed at a third of the period, with the lanes'.
+* **Taking.** A receive whose lanes and shares came up short looks for free
+  shares with visible keyless messages (``head_look.py``'s ``KeylessLook``:
+  their ids from a floor, then the id ranges of shares nobody holds) and
+  takes a run of them in one conditional batch in the bucket's partition of
+  the ``ownership`` table (a share is slice ``SHARE_SLICES + index`` there,
+  clear of the Spark source's slices), so one lightweight transaction buys a
+  run of messages, never one per message. A take covers ``SHARE_TAKE``
+  receives of the taker's size times a scale that follows the taker: doubled
+  after a take drained within ``SHARE_HOLD / 2`` seconds, up to
+  ``SHARE_TAKE_MAX`` ids, halved after one that lasted over ``2 *
+  SHARE_HOLD``. A consumer doing work on each message keeps takes of a
+  couple of receives, which others can share (issue 22); a consumer that
+  only receives takes a few hundred ids per transaction, about what a lane
+  costs it. A consumer alone in a bucket takes its oldest free shares (with
+  the order hint K, one of the K oldest); where others own shares too it
+  starts at one of the first ``1 + others`` free shares at random (up to
+  ``SHARE_SPREAD``), so that consumers looking at once spread over a bucket
+  rather than all trying its oldest share. A run lost to a faster consumer
+  wins nothing (no transaction per share): the owners are read again and a
+  run of the shares still free is tried.
+* **Receiving.** The owner scans its shares' id ranges (keyless rows only,
+  runs of consecutive shares in one scan) and leases with plain writes while
+  its grant surely holds (``Grant.until``), as a lane owner does: nobody else
+  leases there. A scan reads ahead as a lane's does (``receiving.py``), so one
+  scan serves several receives. A share found without a visible message is
+  dropped at once: not scanned, not renewed, its row lapses by TTL (no
+  transaction to release it). A share still holding visible messages is
+  renewed at a third of the period, with the lanes'.
 * **Takeover.** A consumer that stops loses its shares when their rows expire
   (``ownership.py``'s bound: ``ceil(period) + 1`` seconds after the last
   renewal) and its deliveries when their visibility timeout ends. A message
@@ -36,8 +47,11 @@ work on one bucket side by side.
 
 Order and fairness. Shares are taken oldest first within a small random
 spread, so keyless messages are received almost in order, as BlueDove's K
-allows, and no consumer holds more than a few receives' worth that others
-could be working on. Keyed messages keep their order per key through lanes.
+allows, and no consumer holds much more than ``SHARE_HOLD`` seconds of its
+own receives that others could be working on. Competing consumers of one
+producer's keyless messages still receive them out of that producer's order
+(each works on a run of its own). Keyed messages keep their order per key
+through lanes.
 """
 
 from __future__ import annotations
@@ -46,26 +60,34 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from spark_queue.defaults import LANE_LOOK_PAUSE, LANE_LOOK_PAUSE_MAX, LANE_TRIES
-from spark_queue.engine.ownership import Ownership, new_owner
-from spark_queue.store.message_values import StoredMessage
+from spark_queue.defaults import (
+    LANE_LOOK_BUCKETS,
+    LANE_LOOK_PAUSE,
+    LANE_LOOK_PAUSE_MAX,
+    LANE_TRIES,
+)
+from spark_queue.engine.head_look import KEYLESS_PAGE, KeylessLook
+from spark_queue.engine.ownership import Grant, Ownership, new_owner
+from spark_queue.store.message_values import StoredMessage, now_ms
 from spark_queue.store.owners import Key
 from spark_queue.store.session import Store
 
 #: Ids per share: the unit a consumer takes keyless messages in.
 SHARE_IDS = 16
-#: A take covers about this many receives of the taker's size (in whole shares).
+#: The smallest take covers about this many receives of the taker's size (in whole shares).
 SHARE_TAKE = 2
+#: Seconds a take should last its owner: one drained in less than half of it doubles the next.
+SHARE_HOLD = 0.5
+#: Most ids a take grows to (the smallest take may be larger: a receive of that many).
+SHARE_TAKE_MAX = 512
 #: At most, a look starts its take at one of this many oldest free shares, at random.
 SHARE_SPREAD = 4
 #: The ``slice`` of share 0 of a bucket in the ``ownership`` table (Spark's slices lie below).
 SHARE_SLICES = 1 << 24
 
-#: Yields ``(bucket, ids)``: the visible keyless messages of each head bucket, oldest first.
-Busy = Callable[[], Iterable[tuple[int, Sequence[int]]]]
 #: Scans ``bucket``'s keyless rows in ``[start, end)``: at most ``limit``, in id order.
 Scan = Callable[[int, tuple[int, int], int], Sequence[StoredMessage]]
 
@@ -81,6 +103,15 @@ def share_range(share: Key, bucket_size: int) -> tuple[int, int]:
     bucket, index = share
     base = bucket * bucket_size
     return base + index * SHARE_IDS, min(base + (index + 1) * SHARE_IDS, base + bucket_size)
+
+
+def _counts(ids: Iterable[int], bucket_size: int) -> dict[int, int]:
+    """How many of ``ids`` (of one bucket, in id order) each share holds, by share index."""
+    counts: dict[int, int] = {}
+    for i in ids:
+        index = share_of(i, bucket_size)[1]
+        counts[index] = counts.get(index, 0) + 1
+    return counts
 
 
 def runs(shares: Iterable[Key]) -> list[list[Key]]:
@@ -120,6 +151,8 @@ class ShareOwner:
         self._renew_at = 0.0
         self._look_at = 0.0
         self._pause = LANE_LOOK_PAUSE
+        self._scale = 1  # the next take covers SHARE_TAKE * want * _scale messages
+        self._taken_at: float | None = None  # when the last take won, until the next look
 
     def _key(self, share: Key) -> Key:
         return share[0], SHARE_SLICES + share[1]
@@ -141,11 +174,18 @@ class ShareOwner:
         return until is not None and until - margin > time.monotonic()
 
     def rows(
-        self, scan: Scan, want: int, only: Collection[Key] | None = None
+        self,
+        scan: Scan,
+        want: int,
+        only: Collection[Key] | None = None,
+        limit: int | None = None,
     ) -> tuple[list[StoredMessage], dict[int, Key]]:
         """Up to ``want`` visible keyless rows of the shares held (or ``only``), and their shares.
 
-        Shares a scan shows without a visible row are dropped (module doc).
+        With ``limit``, a run's scan may read up to ``limit`` rows in all (read
+        ahead, kept by the receive), but the next run is scanned only while
+        ``want`` is not met. Shares a scan shows without a visible row are
+        dropped (module doc).
         """
         now = time.monotonic()
         with self._lock:
@@ -160,7 +200,7 @@ class ShareOwner:
                 break
             start = share_range(run[0], self.bucket_size)[0]
             end = share_range(run[-1], self.bucket_size)[1]
-            cap = want - len(found)
+            cap = max(want, limit or want) - len(found)
             got = scan(run[0][0], (start, end), cap)
             seen = {share_of(m.id, self.bucket_size) for m in got}
             # A scan cut at its limit says nothing of the shares past its last row.
@@ -193,8 +233,17 @@ class ShareOwner:
                 else:  # lost (renewed too late: someone took it), or dropped meanwhile
                     self._owned.pop(share, None)
 
-    def look(self, busy: Busy, want: int, hint: int = 1) -> list[Key]:
-        """Take free shares covering about ``SHARE_TAKE * want`` visible keyless messages.
+    def look(self, look: KeylessLook, want: int, hint: int = 1) -> list[Key]:
+        """Take free shares covering visible keyless messages for the next receives.
+
+        A take covers ``SHARE_TAKE`` receives of ``want`` messages, times a
+        scale that follows how fast this handle drains its takes: one drained
+        within ``SHARE_HOLD / 2`` seconds doubles the next (up to
+        ``SHARE_TAKE_MAX`` ids), one that lasted over ``2 * SHARE_HOLD``
+        halves it, and a look that sees nothing visible starts over. A
+        consumer doing work per message keeps small takes that others can
+        share (issue 22); one that only receives takes a few hundred ids per
+        lightweight transaction, about what a lane costs it.
 
         ``hint`` is the receive's order hint K: the take may start at any of the
         K oldest free shares (more where other consumers own shares: module doc).
@@ -209,63 +258,126 @@ class ShareOwner:
         Returns:
             The shares taken, oldest first (none: nothing free to take).
         """
+        base = max(1, want) * SHARE_TAKE
         with self._lock:
-            if time.monotonic() < self._look_at:
+            now = time.monotonic()
+            if now < self._look_at:
                 return []
-        taken = self._look(busy, max(1, want) * SHARE_TAKE, hint)
+            if self._taken_at is not None:
+                lasted, self._taken_at = now - self._taken_at, None
+                if lasted < SHARE_HOLD / 2 and base * self._scale < SHARE_TAKE_MAX:
+                    self._scale *= 2
+                elif lasted > 2 * SHARE_HOLD:
+                    self._scale = max(1, self._scale // 2)
+            size = max(base, min(base * self._scale, SHARE_TAKE_MAX))
+        taken = self._look(look, size, hint, now_ms())
         with self._lock:
             if taken:
                 self._pause = LANE_LOOK_PAUSE
+                self._taken_at = time.monotonic()
             elif taken is not None:  # visible, but others own them: wait a while
                 self._look_at = time.monotonic() + self._pause
                 self._pause = min(self._pause * 2, LANE_LOOK_PAUSE_MAX)
+            else:  # nothing visible: the next messages may come to consumers doing work
+                self._scale = 1
         return taken or []
 
-    def _look(self, busy: Busy, want: int, hint: int) -> list[Key] | None:
+    def take_size(self, want: int) -> int:
+        """How many messages the next take would cover for receives of ``want`` (for tests)."""
+        base = max(1, want) * SHARE_TAKE
+        with self._lock:
+            return max(base, min(base * self._scale, SHARE_TAKE_MAX))
+
+    def _look(self, look: KeylessLook, want: int, hint: int, now: int) -> list[Key] | None:
         """The shares taken; None when no keyless message was visible at all."""
-        seen = False
-        for bucket, ids in busy():
-            counts: dict[int, int] = {}
-            for i in ids:
-                index = share_of(i, self.bucket_size)[1]
-                counts[index] = counts.get(index, 0) + 1
-            if not counts:
+        seen, looked = False, 0
+        page = max(want, KEYLESS_PAGE)
+        for bucket in look.buckets(now):
+            if looked >= LANE_LOOK_BUCKETS:
+                break
+            ids, done = look.page(bucket, now, page)
+            if not ids:
                 continue
-            seen = True
-            owners = self._ownership.owned_in([bucket])
-            with self._lock:
-                mine = set(self._owned)
-            # A share whose row still names us (dropped, then a message came back) is ours.
-            free = [
-                i
-                for i in counts
-                if owners.get(self._key((bucket, i))) in (None, self.owner)
-                and (bucket, i) not in mine
-            ]
-            others = len({o for o in owners.values() if o != self.owner})
-            spread = max(hint, min(1 + others, SHARE_SPREAD))
+            seen, looked = True, looked + 1
             for _ in range(LANE_TRIES):
+                owners = self._ownership.owned_in([bucket])  # read again after a lost race
+                with self._lock:
+                    mine = set(self._owned)
+
+                # Shares someone holds: another consumer, or this handle still.
+                held = {
+                    self._share(k)[1]
+                    for k, who in owners.items()
+                    if k[1] >= SHARE_SLICES and (who != self.owner or self._share(k) in mine)
+                }
+                # Read on, in the shares nobody holds, while the free ones fall short.
+                counts = _counts(ids, self.bucket_size)
+                for gap in [] if done else self._gaps(bucket, ids[-1] + 1, held):
+                    if sum(n for i, n in counts.items() if i not in held) >= want:
+                        break
+                    ids += look.ids_in(bucket, gap, now, page)
+                    counts = _counts(ids, self.bucket_size)
+                done = True  # the gaps are read: another try reads the owners only
+                # A share whose row still names us (dropped, then a message came back)
+                # is ours: take it up again (a renewal of our row, key by key).
+                lapsed = [i for i in counts if i not in held and self._key((bucket, i)) in owners]
+                if lapsed:
+                    won = self._won(
+                        self._ownership.take(
+                            self.owner, [self._key((bucket, i)) for i in lapsed], self.period()
+                        )
+                    )
+                    if won:
+                        return won
+                free = [i for i in counts if self._key((bucket, i)) not in owners]
                 if not free:
                     break
+                others = len({o for o in owners.values() if o != self.owner})
+                spread = max(hint, min(1 + others, SHARE_SPREAD))
                 start = self.rng.randrange(min(len(free), spread))
                 run: list[int] = []
                 for index in free[start:]:
                     run.append(index)
                     if sum(counts[i] for i in run) >= want:
                         break
+                # All or nothing: a run lost to a faster consumer costs one batch and
+                # a read of the owners, not a lightweight transaction per share.
                 grant = self._ownership.take(
-                    self.owner, [self._key((bucket, i)) for i in run], self.period()
+                    self.owner,
+                    [self._key((bucket, i)) for i in run],
+                    self.period(),
+                    piecemeal=False,
                 )
-                if grant.keys:
-                    won = sorted(self._share(k) for k in grant.keys)
-                    with self._lock:
-                        for share in won:
-                            self._owned[share] = grant.until
-                        if len(self._owned) == len(won):
-                            self._renew_at = time.monotonic() + self.period() / 3
+                won = self._won(grant)
+                if won:
                     return won
-                free = [i for i in free if i not in run]  # others took them first
         return [] if seen else None
+
+    def _gaps(self, bucket: int, start: int, held: Collection[int]) -> Iterator[tuple[int, int]]:
+        """Id ranges ``[start, end)`` of ``bucket`` from ``start`` on, over shares not ``held``."""
+        base = bucket * self.bucket_size
+        index, shares = share_of(start, self.bucket_size)[1], -(-self.bucket_size // SHARE_IDS)
+        while index < shares:
+            if index in held:
+                index += 1
+                continue
+            first = index
+            while index < shares and index not in held:
+                index += 1
+            yield (
+                max(start, base + first * SHARE_IDS),
+                min(base + index * SHARE_IDS, base + self.bucket_size),
+            )
+
+    def _won(self, grant: Grant) -> list[Key]:
+        """Record the shares of ``grant`` as held; return them, oldest first."""
+        won = sorted(self._share(k) for k in grant.keys)
+        with self._lock:
+            for share in won:
+                self._owned[share] = grant.until
+            if won and len(self._owned) == len(won):
+                self._renew_at = time.monotonic() + self.period() / 3
+        return won
 
     def wake(self) -> None:
         """Look at the next receive, without the pause a fruitless look set (a message is back)."""

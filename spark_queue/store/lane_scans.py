@@ -5,7 +5,8 @@ partition only, as the other scans of ``buckets.py`` do). A queue of one lane
 reads without the lane filter: its rows may predate the ``lane`` column
 (``QueueSettings.lanes``). Keyless messages of a queue of several lanes carry
 the lane ``KEYLESS`` and are read by shares (``engine/shares.py``): an id range
-of a bucket, filtered on that lane.
+of a bucket, filtered on that lane; a look for free shares reads their ids
+alone, an id range and a page at a time.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ SCAN_RANGE = (
     f"SELECT {MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ?"
     " AND id >= ? AND id < ? AND lane = ? AND acked = false AND visible_at <= ? LIMIT ?"
     " ALLOW FILTERING"
+)
+
+VISIBLE_IDS = (
+    "SELECT id FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id >= ? AND id < ?"
+    " AND lane = ? AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
 )
 
 
@@ -81,6 +87,21 @@ def visible_lanes(buckets: Buckets, bucket: int, now: int) -> list[tuple[int, in
         BUSY_LANES, (buckets.queue_id, bucket, now, buckets.bucket_size), what="looking for lanes"
     )
     return [(row[0], row[1] or 0) for row in rows]
+
+
+def visible_ids(
+    buckets: Buckets, bucket: int, ids: tuple[int, int], lane: int, now: int, limit: int
+) -> list[int]:
+    """Ids of up to ``limit`` messages of ``lane`` visible at ``now``, with ids in ``ids``.
+
+    No payloads read: what a look for free shares needs (``engine/head_look.py``).
+    """
+    rows = buckets.store.rows(
+        VISIBLE_IDS,
+        (buckets.queue_id, bucket, ids[0], ids[1], lane, now, limit),
+        what="looking for keyless messages",
+    )
+    return [row[0] for row in rows]
 
 
 def busy_lanes(buckets: Buckets, bucket: int, now: int) -> list[int]:

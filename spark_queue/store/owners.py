@@ -9,7 +9,9 @@ and a period mean is ``engine/ownership.py``'s business.
 
 A batch whose conditions do not all hold is applied as a whole or not at all,
 so on a conflict the keys of that bucket are tried again one by one: one key
-held by someone else does not cost the others.
+held by someone else does not cost the others. A caller that reads the owners
+again instead (shares take runs of many keys: a lightweight transaction per
+key of a lost race costs more than a read) asks for the whole batch or nothing.
 """
 
 from __future__ import annotations
@@ -53,10 +55,19 @@ class OwnerTable:
             cql.format(table=table) for cql in (TAKE, RENEW, RELEASE, OWNERS)
         )
 
-    def insert_free(self, owner: str, keys: Iterable[Key], ttl: int) -> set[Key]:
-        """Write ``owner`` on each key without a live row, for ``ttl`` seconds; return those won."""
+    def insert_free(
+        self, owner: str, keys: Iterable[Key], ttl: int, *, piecemeal: bool = True
+    ) -> set[Key]:
+        """Write ``owner`` on each key without a live row, for ``ttl`` seconds; return those won.
+
+        Without ``piecemeal``, a bucket whose batch did not apply wins nothing
+        (its keys are not tried one by one).
+        """
         return self._apply(
-            self._take, {k: (self.queue_id, k[0], k[1], owner, ttl) for k in keys}, what="taking"
+            self._take,
+            {k: (self.queue_id, k[0], k[1], owner, ttl) for k in keys},
+            what="taking",
+            piecemeal=piecemeal,
         )
 
     def extend(self, owner: str, keys: Iterable[Key], ttl: int) -> set[Key]:
@@ -86,12 +97,14 @@ class OwnerTable:
             if who
         }
 
-    def _apply(self, cql: str, params: Mapping[Key, Params], *, what: str) -> set[Key]:
+    def _apply(
+        self, cql: str, params: Mapping[Key, Params], *, what: str, piecemeal: bool = True
+    ) -> set[Key]:
         """Run a conditional statement per key, batched per bucket; return the keys applied.
 
         A batch applies only when every condition in it holds; a bucket whose
-        batch did not apply is tried again key by key, so that one key held by
-        someone else does not cost the others.
+        batch did not apply is tried again key by key (with ``piecemeal``), so
+        that one key held by someone else does not cost the others.
         """
         by_bucket: dict[int, dict[Key, Params]] = defaultdict(dict)
         for key, row in params.items():
@@ -103,7 +116,7 @@ class OwnerTable:
         for bucket, result in zip(buckets, results, strict=True):
             if _applied(result):
                 applied.update(by_bucket[bucket])
-            elif len(by_bucket[bucket]) > 1:
+            elif piecemeal and len(by_bucket[bucket]) > 1:
                 retry.extend(by_bucket[bucket])
         if retry:
             singles = self._run([[params[k]] for k in retry], cql, what)
