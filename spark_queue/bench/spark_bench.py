@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import random
 import sys
@@ -147,6 +148,8 @@ def run_spark_bench(
 
 #: The heap of the driver (and so of local mode's executors) of the bench's own session.
 DRIVER_MEMORY = "2g"
+#: Most payload bytes per cached partition of the payload frame.
+CACHE_BLOCK_BYTES = 32 * 1024 * 1024
 
 
 def _quiet(line: str) -> None:
@@ -247,7 +250,9 @@ def _run(
             )
             progress(f"raw baseline: {params.messages} inserts")
             baseline.measure()
-        rows = _payload_frame(run)
+        cached = _payload_frame(run)
+        # The phases write as many tasks at once as --partitions says.
+        rows = cached.coalesce(params.partitions)
         try:
             # Small buckets: the warm-up's stream runs several tasks at once, so every
             # Python worker the timed phases use is started (each pays ~3 s of imports).
@@ -264,7 +269,7 @@ def _run(
             queues += [into.name, out.name]
             pipeline = pipeline_phase(run, rows, into, out)
         finally:
-            rows.unpersist()
+            cached.unpersist()
         sent, received = run.create_queue("latency-in"), run.create_queue("latency-out")
         queues += [sent.name, received.name]
         latency = latency_phase(run, sent, received)
@@ -318,8 +323,11 @@ def _payload_frame(run: BenchRun) -> DataFrame:
 
     params = run.params
     run.progress(f"making and caching {params.messages} payloads in Spark")
+    # Cached in blocks of at most CACHE_BLOCK_BYTES: a block is built whole in the heap,
+    # and two of 250,000 payloads each (M = 500,000 in 2 partitions) ran it out of memory.
+    blocks = math.ceil(params.messages * params.payload_bytes / CACHE_BLOCK_BYTES)
     frame = (
-        run.spark.range(0, params.messages, numPartitions=params.partitions)
+        run.spark.range(0, params.messages, numPartitions=max(params.partitions, blocks))
         .mapInArrow(
             functools.partial(payload_batches, size=params.payload_bytes, seed=params.seed),
             "payload binary",
