@@ -507,8 +507,9 @@ def test_random_operations_keep_every_promise(backend: Backend) -> None:
 # -- defects the model found (engine unchanged here: xfail until fixed) ---------------------
 
 READ_AHEAD_DEFECT = (
-    "engine/receiving.py: rows a lane's scan read ahead (kept PREFETCH_HOLD_MS) are leased by"
-    " the handle's next receive with a plain write, and a first delivery is not read back, so"
+    "engine/receiving.py: rows a lane's or a share's scan read ahead (kept PREFETCH_HOLD_MS)"
+    " are leased by the handle's next receive with a plain write, and a first delivery is not"
+    " read back, so"
     " a purge through another client within that second does not stop it (README: a purge's"
     " window, as SQS's PurgeQueue has one)"
 )

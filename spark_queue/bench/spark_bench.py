@@ -150,6 +150,8 @@ def run_spark_bench(
 DRIVER_MEMORY = "2g"
 #: Most payload bytes per cached partition of the payload frame.
 CACHE_BLOCK_BYTES = 32 * 1024 * 1024
+#: Most payload bytes cached in the heap; more are cached on disk.
+MEMORY_CACHE_BYTES = 256 * 1024 * 1024
 
 
 def _quiet(line: str) -> None:
@@ -325,14 +327,18 @@ def _payload_frame(run: BenchRun) -> DataFrame:
     run.progress(f"making and caching {params.messages} payloads in Spark")
     # Cached in blocks of at most CACHE_BLOCK_BYTES: a block is built whole in the heap,
     # and two of 250,000 payloads each (M = 500,000 in 2 partitions) ran it out of memory.
-    blocks = math.ceil(params.messages * params.payload_bytes / CACHE_BLOCK_BYTES)
+    # Past MEMORY_CACHE_BYTES on disk only: the blocks kept in the heap took the room the
+    # next one was built in.
+    total = params.messages * params.payload_bytes
+    blocks = math.ceil(total / CACHE_BLOCK_BYTES)
+    level = StorageLevel.MEMORY_AND_DISK if total <= MEMORY_CACHE_BYTES else StorageLevel.DISK_ONLY
     frame = (
         run.spark.range(0, params.messages, numPartitions=max(params.partitions, blocks))
         .mapInArrow(
             functools.partial(payload_batches, size=params.payload_bytes, seed=params.seed),
             "payload binary",
         )
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .persist(level)
     )
     frame.count()
     return frame
