@@ -91,7 +91,10 @@ def test_leases_surely_hold_for_half_a_timeout_after_planning() -> None:
 def test_buckets_a_step_in_flight_leased_are_skipped_without_reading_their_leases(
     client: QueueClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    queue = client.create_queue("in-flight-skip", bucket_size=5)
+    # Idle notes last 30 s here, so however slow the machine, the second look
+    # below comes within them.
+    monkeypatch.setattr("spark_queue.engine.bounds.IDLE_RECHECK", 30.0)
+    queue = client.create_queue("in-flight-skip", bucket_size=5, visibility_timeout=60)
     queue.send_batch([str(i).encode() for i in range(12)])
     queue.steps.receive_leased("q", 1, 0, 10, buckets=[0, 1], first_attempt=True)
 
