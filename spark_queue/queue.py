@@ -91,8 +91,7 @@ class Queue:
         self.lanes, self.shares = self._receiving.lanes, self._receiving.shares
         self._counter = QueueCounter(store, queue_id, settings.bucket_size)
         self._counts = QueueCounters.of(store.keyspace, name)  # this process's counters
-        # replayable consumer steps (the Spark source): engine/steps.py
-        self.steps = QueueSteps(
+        self.steps = QueueSteps(  # replayable consumer steps (the Spark source)
             self, Steps(store, self.buckets, name), self._receiving, self._counts
         )
         self._receipts = ReceiptActions(name, queue_id, self.buckets, self._receiving, self._counts)
@@ -357,7 +356,7 @@ class Queue:
         Args:
             max_buckets: Most buckets to return.
             below: Only buckets holding ids below this one.
-            leased_here: Buckets the caller's steps in flight lease in (cheaper skips).
+            leased_here: Buckets the caller's steps in flight lease in (skipped cheaper).
         """
         return self._receiving.named.visible_buckets(max_buckets, below, leased_here)
 

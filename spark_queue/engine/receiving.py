@@ -30,28 +30,14 @@ How a plain receive works (seed 000, BlueDove, received through lanes,
    its late consumer between the scan and the write: those leases alone are
    read back, and a message acked meanwhile is not handed out.
 
-Ownership and order. Each lane is received by one consumer at a time, in
-id order, so a key's messages arrive in the order they were sent, while
-consumers on different lanes, and any number on the shares of keyless
-messages, work side by side
-without racing: the conditional lease of every receive, and the scan each
-loser made, are gone. What costs order: a delivery whose lease ran out comes
-back later than its successors, and a lane changing owner while the old
-owner still holds deliveries. Takeover: a consumer that stops (crash,
-SIGKILL, network loss) loses its lanes at most ``ceil(period) + 1`` seconds
-after its last renewal (``ownership.py``) and its deliveries when their
-visibility timeout ends. A lane's owner can only fail to own it in time if a
-lease write takes longer than the second of slack that bound leaves: then a
-message may be delivered twice (its second ack is stale), never lost.
-
-Acks check the receipt's lease: a lease this handle wrote is known to be the
-current one until its deadline (``own_leases.py``: a plain write, no read);
-others go through ``store/acks.py`` (a conditional write, or with
-``plain_acks`` a read, then a plain write while the lease has
-``ACK_PLAIN_MARGIN`` left). A stale receipt changes nothing.
+Order, takeover and how acks check a receipt's lease: docs/architecture.md
+("A message's life cycle"), ``lanes.py``, ``shares.py``, ``ownership.py``,
+``lease_memory.py`` and ``store/acks.py``. A key's messages arrive in the
+order sent; a consumer that stops loses its lanes and shares within
+``ceil(period) + 1`` seconds, its deliveries at their visibility timeout.
 
 A receive naming its buckets (a Spark partition, which has them to itself
-for a step) ignores lanes: ``Receiver.named`` (``bucket_receive.py``).
+for a step) ignores lanes: ``Receiver.named`` (``named_receive.py``).
 """
 
 from __future__ import annotations
