@@ -27,6 +27,19 @@ def _no_lease_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Buckets, "leases_of", refuse)
 
 
+def _buckets_read_by(monkeypatch: pytest.MonkeyPatch, method: str) -> list[int]:
+    """The buckets every later call of ``Buckets.<method>`` is asked about, in order."""
+    read: list[int] = []
+    original = getattr(Buckets, method)
+
+    def recording(self: Buckets, buckets: Any, *args: Any) -> Any:
+        read.extend(buckets)
+        return original(self, buckets, *args)
+
+    monkeypatch.setattr(Buckets, method, recording)
+    return read
+
+
 def test_a_held_step_is_acked_without_reading_its_leases(
     client: QueueClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -69,14 +82,7 @@ def test_a_bucket_a_step_ack_drained_is_not_probed_again(
     queue.steps.receive_leased("q", 1, 0, 5, buckets=[0], first_attempt=True)
     queue.steps.ack("q", 1, held=True)
 
-    probed: list[int] = []
-    probe = Buckets.probe_visible
-
-    def recording(self: Buckets, buckets: Any, now: int) -> list[bool]:
-        probed.extend(buckets)
-        return probe(self, buckets, now)
-
-    monkeypatch.setattr(Buckets, "probe_visible", recording)
+    probed = _buckets_read_by(monkeypatch, "probe_visible")
     assert queue.visible_buckets(10) == [1, 2]
     assert 0 not in probed and {1, 2} <= set(probed)
 
@@ -98,14 +104,7 @@ def test_buckets_a_step_in_flight_leased_are_skipped_without_reading_their_lease
     queue.send_batch([str(i).encode() for i in range(12)])
     queue.steps.receive_leased("q", 1, 0, 10, buckets=[0, 1], first_attempt=True)
 
-    read: list[int] = []
-    next_visible = Buckets.next_visible_many
-
-    def recording(self: Buckets, buckets: Any) -> Any:
-        read.extend(buckets)
-        return next_visible(self, buckets)
-
-    monkeypatch.setattr(Buckets, "next_visible_many", recording)
+    read = _buckets_read_by(monkeypatch, "next_visible_many")
     assert queue.visible_buckets(10, leased_here={0}) == [2]
     # bucket 1 (not named) has its first lease's end read; bucket 0 is skipped unread
     assert read == [1]
