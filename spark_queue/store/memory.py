@@ -267,10 +267,13 @@ class MemoryStore(Store):
         self, cql: str, params_list: Iterable[Params], *, logged: bool = False
     ) -> MemoryBatch:
         """A batch of one statement applied to several parameter sets."""
+        return self.batch_of(((cql, params) for params in params_list), logged=logged)
+
+    def batch_of(self, rows: Iterable[tuple[str, Params]], *, logged: bool = False) -> MemoryBatch:
+        """A batch of ``(cql, params)`` rows, in order, each row of its own statement."""
         batch = MemoryBatch(logged=logged)
-        statement = self.prepare(cql)
-        for params in params_list:
-            batch.add(statement, params)
+        for cql, params in rows:
+            batch.add(self.prepare(cql), params)
         return batch
 
     def execute_many(

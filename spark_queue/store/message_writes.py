@@ -258,10 +258,7 @@ class MessageWrites:
         """Like ``_statement``, for rows that may differ in their statement."""
         if len(rows) == 1:
             return self.store.prepare(rows[0][0]), rows[0][1]
-        batch = self.store.batch(rows[0][0], ())
-        for cql, params in rows:
-            batch.add(self.store.prepare(cql), params)  # prepared once per store
-        return batch, ()
+        return self.store.batch_of(rows), ()
 
     # -- conditional changes -------------------------------------------------------
 

@@ -40,6 +40,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_
 
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting, KeyspaceNotFound
+from spark_queue.store.binding import RowBinder, add_rows
 from spark_queue.store.driver_errors import translate_errors
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ class Store:
         self.settings = settings
         self.keyspace = settings.keyspace
         self._prepared: dict[str, PreparedStatement] = {}
+        self._binders: dict[str, RowBinder] = {}
         self._prepare_lock = threading.Lock()
         self.cluster = _make_cluster(settings)
         with translate_errors(f"connecting to Cassandra at {_hosts(settings)}"):
@@ -189,15 +191,31 @@ class Store:
         """Execute and return every row as a tuple (all pages)."""
         return list(self.execute(cql, params, what=what))
 
+    def binder(self, cql: str) -> RowBinder:
+        """The batch binder of ``cql``'s prepared statement (``binding.py``), one per store."""
+        binder = self._binders.get(cql)
+        if binder is None:
+            binder = RowBinder(self.prepare(cql))
+            self._binders[cql] = binder
+        return binder
+
     def batch(
         self, cql: str, params_list: Iterable[Params], *, logged: bool = False
     ) -> BatchStatement:
         """A batch of one statement applied to several parameter sets."""
+        return self.batch_of(((cql, params) for params in params_list), logged=logged)
+
+    def batch_of(
+        self, rows: Iterable[tuple[str, Params]], *, logged: bool = False
+    ) -> BatchStatement:
+        """A batch of ``(cql, params)`` rows, in order, each row of its own statement.
+
+        Rows are serialized by the statements' binders (``binding.py``), not
+        bound one ``BoundStatement`` at a time: the same bytes, at a fraction
+        of the cost.
+        """
         batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
-        statement = self.prepare(cql)
-        for params in params_list:
-            batch.add(statement, params)
-        return batch
+        return add_rows(batch, ((self.binder(cql), params) for cql, params in rows))
 
     def execute_many(
         self, statements: Sequence[tuple[Any, Params]], *, what: str, concurrency: int = 32
