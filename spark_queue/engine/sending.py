@@ -232,6 +232,13 @@ class Sender:
     ) -> Outgoing:
         """Check one message, and that the handle may still write (the producer's call)."""
         self._check_alive()
+        if type(payload) is bytes and headers is None and key is None and type(delay) is float:
+            # The common asynchronous send (bytes, no headers, key or delay), which
+            # the producer takes thousands of times a second: the checks
+            # ``check_batch`` would make, without building its lists.
+            settings = self._settings()
+            if delay == 0 and len(payload) <= settings.max_message_bytes:
+                return Outgoing(payload, _NO_HEADERS, 0, lane_for(None, settings.lanes), None)
         return self.check_batch([payload], headers, delay, check_key(key))[0]
 
     def new_messages(
