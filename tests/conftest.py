@@ -212,11 +212,14 @@ def _cql_session(cassandra: ConnectionSettings) -> Iterator[Session]:
 
 
 @pytest.fixture
-def keyspace(cassandra: ConnectionSettings, _cql_session: Session) -> Iterator[ConnectionSettings]:
+def fresh_keyspace(
+    cassandra: ConnectionSettings, _cql_session: Session
+) -> Iterator[ConnectionSettings]:
     """Settings pointing at a fresh keyspace ``t_<8 hex>`` (replication factor 1), dropped after.
 
     The keyspace and its queue tables are created here, on purpose, as a user
-    does with ``bdq keyspace create``: clients never create them.
+    does with ``bdq keyspace create``: clients never create them. For a test
+    that alters the keyspace's schema or drops it; most take ``keyspace``.
     """
     settings = cassandra.with_keyspace(f"t_{uuid.uuid4().hex[:8]}")
     cql.ensure_keyspace(settings, session=_cql_session)
@@ -242,9 +245,10 @@ def _module_keyspace(
 def shared_keyspace(_module_keyspace: ConnectionSettings) -> Iterator[ConnectionSettings]:
     """One keyspace for a module's tests, emptied of queues after each test.
 
-    Cheaper than ``keyspace`` (creating a keyspace and its tables takes seconds on a
-    busy node): a module overrides ``keyspace`` with it when its tests only need
-    queues of their own names.
+    Every table but the catalog is keyed by a queue's incarnation id, so a queue
+    deleted and created again under the same name starts empty, as it does for
+    a user. Creating a keyspace and its tables costs the node 1-3 s of CPU, and
+    the suite asks for a keyspace about 270 times.
     """
     from spark_queue.client import QueueClient
 
@@ -252,6 +256,35 @@ def shared_keyspace(_module_keyspace: ConnectionSettings) -> Iterator[Connection
     with QueueClient(settings=_module_keyspace) as client:
         for name in client.list_queues():
             client.delete_queue(name, missing_ok=True)
+
+
+@pytest.fixture
+def keyspace(request: pytest.FixtureRequest, cassandra: ConnectionSettings) -> ConnectionSettings:
+    """A test's keyspace: ``shared_keyspace``, or for a connector test ``fresh_keyspace``.
+
+    A test of the Spark connector gets a fresh one: the connector keeps queue
+    handles by connection settings and name for ``worker_handles.QUEUE_REFRESH``
+    seconds (in Spark's Python workers and in the test's own process), so a
+    queue the next test creates again under the same name in the same keyspace
+    could be reached through the last test's handle. (Asking for ``cassandra``
+    marks the test as one that needs the node.)
+    """
+    if _uses_the_connector(request.node):
+        return request.getfixturevalue("fresh_keyspace")
+    return request.getfixturevalue("shared_keyspace")
+
+
+def _uses_the_connector(item: pytest.Item) -> bool:
+    """A Spark test, or one whose module imports from ``spark_queue.spark``."""
+    if item.get_closest_marker("spark") is not None:
+        return True
+    module = getattr(item, "module", None)
+    return module is not None and any(
+        str(getattr(value, "__module__", None) or getattr(value, "__name__", "")).startswith(
+            "spark_queue.spark"
+        )
+        for value in vars(module).values()
+    )
 
 
 class Backend:

@@ -21,12 +21,6 @@ from spark_queue.store.owners import OwnerTable
 pytestmark = pytest.mark.cassandra
 
 
-@pytest.fixture
-def keyspace(shared_keyspace: ConnectionSettings) -> ConnectionSettings:
-    """One keyspace for the module (queues are emptied after each test): cheaper."""
-    return shared_keyspace
-
-
 def bdq(settings: ConnectionSettings, *args: str, stdin: str | None = None) -> Result:
     # the connection flags on the group, before the command (issue 21.7)
     hosts = ",".join(str(h) for h in settings.hosts)

@@ -20,12 +20,6 @@ if TYPE_CHECKING:
 NOW = 1_000_000
 
 
-@pytest.fixture
-def keyspace(shared_keyspace: ConnectionSettings) -> ConnectionSettings:
-    """This module's tests share one keyspace, emptied of queues after each."""
-    return shared_keyspace
-
-
 def count(bucket: int, counted_at: int, next_change: int = NEVER, visible: int = 1) -> BucketCount:
     return BucketCount(bucket, visible, 0, 0, None, next_change, counted_at)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from spark_queue import ConnectionSettings, QueueClient
+from spark_queue import QueueClient
 from spark_queue.defaults import COUNT_BUDGET
 from spark_queue.message import Delivery
 from spark_queue.queue import Queue
@@ -29,12 +29,6 @@ pytestmark = pytest.mark.both_stores
 
 MESSAGES = 250
 BUCKET_SIZE = 10
-
-
-@pytest.fixture
-def keyspace(shared_keyspace: ConnectionSettings) -> ConnectionSettings:
-    """This module's tests share one keyspace, emptied of queues after each."""
-    return shared_keyspace
 
 
 def filled(client: QueueClient, name: str, lanes: int) -> Queue:

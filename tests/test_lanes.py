@@ -183,24 +183,24 @@ def test_a_message_keeps_its_key_when_received_peeked_dead_lettered_and_redriven
 
 @cassandra
 def test_a_keyspace_made_before_keys_were_stored_gets_the_column_on_upgrade(
-    keyspace: ConnectionSettings,
+    fresh_keyspace: ConnectionSettings,
 ) -> None:
     # Given a keyspace of a version that stored no keys, with a keyed message in it
-    with QueueClient(settings=keyspace) as client:
+    with QueueClient(settings=fresh_keyspace) as client:
         client.create_queue("old", lanes=4).send("before", key="a")
-    store = Store(keyspace)
+    store = Store(fresh_keyspace)
     try:
-        store.execute_ddl(f"ALTER TABLE {keyspace.keyspace}.messages DROP key")
+        store.execute_ddl(f"ALTER TABLE {fresh_keyspace.keyspace}.messages DROP key")
     finally:
         store.close()
     # Then a client only looks: it names the missing column and the command that adds it
     with pytest.raises(KeyspaceNotFound, match=r"no column messages\.key"):
-        QueueClient(settings=keyspace)
+        QueueClient(settings=fresh_keyspace)
     # When the keyspace is upgraded explicitly
-    report = QueueClient.create_keyspace(1, exist_ok=True, settings=keyspace)
+    report = QueueClient.create_keyspace(1, exist_ok=True, settings=fresh_keyspace)
     assert report.columns_added == ("messages.key",)
     # Then the older message shows no key but its lane, and a new one its key
-    with QueueClient(settings=keyspace) as client:
+    with QueueClient(settings=fresh_keyspace) as client:
         queue = client.queue("old")
         queue.send("after", key="a")
         assert keys_and_lanes(queue.peek(10)) == {

@@ -34,12 +34,6 @@ from spark_queue.ops.prometheus import REGISTRY, Look, QueueCollector, matches, 
 APT_TIMEOUT = 900
 
 
-@pytest.fixture
-def keyspace(shared_keyspace: ConnectionSettings) -> ConnectionSettings:
-    """This module's tests share one keyspace, emptied of queues after each."""
-    return shared_keyspace
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

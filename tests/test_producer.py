@@ -178,12 +178,14 @@ def test_bytes_in_flight_bound_blocks_then_raises_and_frees_on_flush(client: Que
 # -- failures -------------------------------------------------------------------------------
 
 
-def test_a_dropped_keyspace_fails_every_future_and_the_flush(keyspace: ConnectionSettings) -> None:
-    with QueueClient(settings=keyspace) as client:
+def test_a_dropped_keyspace_fails_every_future_and_the_flush(
+    fresh_keyspace: ConnectionSettings,
+) -> None:
+    with QueueClient(settings=fresh_keyspace) as client:
         queue = client.create_queue("doomed")
         queue.send_async("before").result(timeout=30)
         # Given the queue's keyspace is gone
-        cql.drop_keyspace(keyspace)
+        cql.drop_keyspace(fresh_keyspace)
 
         # When more messages are sent
         futures = [queue.send_async(f"m{n}") for n in range(20)]

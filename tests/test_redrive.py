@@ -26,12 +26,6 @@ from tests.helpers import drain_deliveries
 both_stores = pytest.mark.both_stores
 
 
-@pytest.fixture
-def keyspace(shared_keyspace: ConnectionSettings) -> ConnectionSettings:
-    """This module's tests share one keyspace, emptied of queues after each."""
-    return shared_keyspace
-
-
 def connection(settings: ConnectionSettings) -> list[str]:
     return ["--hosts", ",".join(map(str, settings.hosts)), "--keyspace", settings.keyspace]
 

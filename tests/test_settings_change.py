@@ -26,12 +26,6 @@ pytestmark = pytest.mark.cassandra
 
 
 @pytest.fixture
-def keyspace(shared_keyspace: ConnectionSettings) -> ConnectionSettings:
-    """This module's tests share one keyspace, emptied of queues after each."""
-    return shared_keyspace
-
-
-@pytest.fixture
 def clients(keyspace: ConnectionSettings) -> Iterator[tuple[QueueClient, QueueClient]]:
     """Two clients with their own sessions and handles, as two processes would have."""
     with QueueClient(settings=keyspace) as a, QueueClient(settings=keyspace) as b:

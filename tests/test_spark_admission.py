@@ -118,18 +118,18 @@ def test_the_kafka_sink_s_topic_points_at_queue() -> None:
 
 @pytest.mark.cassandra
 def test_a_keyspace_made_before_the_size_column_is_refused_until_upgraded_explicitly(
-    keyspace: ConnectionSettings,
+    fresh_keyspace: ConnectionSettings,
 ) -> None:
-    store = Store(keyspace)
+    store = Store(fresh_keyspace)
     try:
-        store.execute_ddl(f"ALTER TABLE {keyspace.keyspace}.messages DROP payload_bytes")
+        store.execute_ddl(f"ALTER TABLE {fresh_keyspace.keyspace}.messages DROP payload_bytes")
     finally:
         store.close()
     # A client only looks: it names the missing column and the command that adds it
     with pytest.raises(KeyspaceNotFound, match=r"no column messages\.payload_bytes"):
-        QueueClient(settings=keyspace)
-    QueueClient.create_keyspace(1, exist_ok=True, settings=keyspace)
-    with QueueClient(settings=keyspace) as client:  # the upgrade added the column back
+        QueueClient(settings=fresh_keyspace)
+    QueueClient.create_keyspace(1, exist_ok=True, settings=fresh_keyspace)
+    with QueueClient(settings=fresh_keyspace) as client:  # the upgrade added the column back
         queue = client.create_queue("upgraded", bucket_size=10)
         ids = queue.send_batch([b"abcd"])
         assert visible_sizes(queue.buckets, 0, now_ms(), 10) == [(ids[0], 4)]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from spark_queue import ConnectionSettings, QueueNotFound, SparkQueueError
+from spark_queue import QueueNotFound, SparkQueueError
 from spark_queue.config import QueueSettings
 from spark_queue.store import acks, catalog
 from spark_queue.store.buckets import Buckets, visible_sizes
@@ -34,12 +34,6 @@ from spark_queue.store.send_log import SendLog, SendState
 from spark_queue.store.session import Store
 
 HOUR = 3_600_000
-
-
-@pytest.fixture
-def keyspace(shared_keyspace: ConnectionSettings) -> ConnectionSettings:
-    """One keyspace for the module's Cassandra runs: every test uses queue ids of its own."""
-    return shared_keyspace
 
 
 @pytest.fixture(params=["memory", pytest.param("cassandra", marks=pytest.mark.cassandra)])

@@ -20,12 +20,6 @@ from spark_queue.cli.top import Look, rates
 from spark_queue.message import QueueStats
 
 
-@pytest.fixture
-def keyspace(shared_keyspace: ConnectionSettings) -> ConnectionSettings:
-    """This module's tests share one keyspace, emptied of queues after each."""
-    return shared_keyspace
-
-
 def look(total: int, tail: int, at: float) -> Look:
     return Look(QueueStats(visible=total, in_flight=0, delayed=0, buckets=1), tail, at)
 
