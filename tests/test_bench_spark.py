@@ -89,9 +89,14 @@ def test_a_small_run_moves_every_message_through_every_phase(
     assert result.latency.max_ms is not None
     assert result.latency.p50_ms <= result.latency.p99_ms <= result.latency.max_ms
     assert result.latency.trigger_p50_ms is not None and result.latency.trigger_p50_ms > 0
+    # And where a trigger's time went, part by part, with the whole among them
+    parts = result.latency.trigger_parts_p50_ms
+    assert {"latestOffset", "addBatch", "walCommit"} <= parts.keys()
+    assert parts["triggerExecution"] == result.latency.trigger_p50_ms
     # And the floor (a no-op Python stream on the same trigger) ran and was timed
     assert result.floor is not None and result.floor.batches > 0
     assert result.floor.trigger_p50_ms is not None and result.floor.trigger_p50_ms > 0
+    assert result.floor.trigger_parts_p50_ms["triggerExecution"] == result.floor.trigger_p50_ms
     # And the baseline was measured before and after, so every ratio and target has a value
     assert len(result.baseline_rates) == 2
     assert None not in (result.sink_ratio, result.source_ratio, result.pipeline_ratio)

@@ -19,7 +19,7 @@ from spark_queue.bench.spark_bench_run import (
     queue_total,
     read_stream,
 )
-from spark_queue.bench.spark_floor import median_ms
+from spark_queue.bench.spark_floor import median_ms, parts_p50_ms
 from spark_queue.queue import Queue
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ def latency_phase(run: BenchRun, into: Queue, out: Queue) -> LatencyPhase:
         batches=batches.with_rows,
         trigger_p50_ms=median_ms(batches.with_rows_durations(), "triggerExecution"),
         add_batch_p50_ms=median_ms(batches.with_rows_durations(), "addBatch"),
+        trigger_parts_p50_ms=parts_p50_ms(batches.with_rows_durations()),
     )
 
 

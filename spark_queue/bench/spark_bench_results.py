@@ -6,7 +6,7 @@ baseline, latencies as bounds in milliseconds. A result says whether it met each
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from spark_queue.bench.spark_bench_params import SparkBenchParams
@@ -103,6 +103,9 @@ class LatencyPhase:
         batches: Micro-batches with input rows while it ran.
         trigger_p50_ms: Median ``triggerExecution`` of those micro-batches.
         add_batch_p50_ms: Median ``addBatch`` of those micro-batches.
+        trigger_parts_p50_ms: Median of each ``durationMs`` part of those
+            micro-batches (``latestOffset``, ``walCommit``, ``addBatch``, ...):
+            where a trigger's time goes.
     """
 
     sent: int
@@ -115,6 +118,7 @@ class LatencyPhase:
     batches: int
     trigger_p50_ms: float | None = None
     add_batch_p50_ms: float | None = None
+    trigger_parts_p50_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

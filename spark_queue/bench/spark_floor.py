@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -39,17 +39,25 @@ class FloorPhase:
         batches: Micro-batches timed.
         trigger_p50_ms: Median ``triggerExecution``, or None when none was timed.
         add_batch_p50_ms: Median ``addBatch`` (the job that reads and writes).
+        trigger_parts_p50_ms: Median of each ``durationMs`` part, by name.
     """
 
     batches: int
     trigger_p50_ms: float | None
     add_batch_p50_ms: float | None
+    trigger_parts_p50_ms: dict[str, float] = field(default_factory=dict)
 
 
 def median_ms(durations: Sequence[dict[str, int]], part: str) -> float | None:
     """The median of one ``durationMs`` part over micro-batches, None without any."""
     values = [d[part] for d in durations if part in d]
     return float(statistics.median(values)) if values else None
+
+
+def parts_p50_ms(durations: Sequence[dict[str, int]]) -> dict[str, float]:
+    """The median of every ``durationMs`` part over micro-batches, by part name."""
+    names = sorted({name for d in durations for name in d})
+    return {name: value for name in names if (value := median_ms(durations, name)) is not None}
 
 
 def measure_floor(
@@ -94,6 +102,7 @@ def measure_floor(
         batches=len(timed),
         trigger_p50_ms=median_ms(timed, "triggerExecution"),
         add_batch_p50_ms=median_ms(timed, "addBatch"),
+        trigger_parts_p50_ms=parts_p50_ms(timed),
     )
 
 
