@@ -8,12 +8,14 @@ probed again by the planner until their drain mark's recheck.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import pytest
 
 from spark_queue import QueueClient
+from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.spark.step_tracking import leases_surely_held
 from spark_queue.store.buckets import Buckets
 
@@ -110,3 +112,59 @@ def test_buckets_a_step_in_flight_leased_are_skipped_without_reading_their_lease
     assert read == [1]
     assert queue.visible_buckets(10, leased_here={0}) == [2]
     assert read == [1]  # both are skipped now
+
+
+def test_buckets_a_step_in_flight_holds_are_not_probed_while_others_have_enough(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a step in flight that leased all of bucket 0, and buckets 1-3 full
+    queue = client.create_queue("held-last", bucket_size=5, visibility_timeout=60)
+    queue.send_batch([str(i).encode() for i in range(20)])
+    queue.steps.receive_leased("q", 1, 0, 5, buckets=[0], first_attempt=True)
+
+    # When the planner asks for two buckets
+    probed = _buckets_read_by(monkeypatch, "probe_visible")
+    # Then it gets the two oldest others, and bucket 0's partition is not read
+    assert queue.visible_buckets(2, leased_here={0}) == [1, 2]
+    assert 0 not in probed
+
+
+def test_a_held_bucket_with_messages_left_is_planned_when_the_others_are_short(
+    client: QueueClient,
+) -> None:
+    # Given a step in flight that leased 3 of bucket 0's 5 messages, and one more bucket
+    queue = client.create_queue("held-left", bucket_size=5, visibility_timeout=60)
+    queue.send_batch([str(i).encode() for i in range(10)])
+    queue.steps.receive_leased("q", 1, 0, 3, buckets=[0], first_attempt=True)
+
+    # Then asking for more buckets than the others hold finds bucket 0 too, oldest first
+    assert queue.visible_buckets(4, leased_here={0}) == [0, 1]
+
+
+def test_the_planner_s_probe_does_not_wait_for_a_maintenance_pass(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a maintenance pass that blocks until released
+    queue = client.create_queue("busy-maintenance", bucket_size=5)
+    queue.send_batch([b"a", b"b"])
+    release = threading.Event()
+    ran_on: list[str] = []
+    original = Maintenance._pass
+
+    def slow_pass(self: Maintenance) -> tuple[int, int]:
+        ran_on.append(threading.current_thread().name)
+        assert release.wait(30), "the test never released the pass"
+        return original(self)
+
+    monkeypatch.setattr(Maintenance, "_pass", slow_pass)
+    try:
+        # When the planner probes
+        assert queue.visible_buckets(4) == [0]
+        # Then it answered while the pass, on a thread of its own, still waited
+        assert not release.is_set()
+        deadline = time.monotonic() + 10
+        while not ran_on and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ran_on and ran_on[0] != threading.current_thread().name
+    finally:
+        release.set()

@@ -58,6 +58,21 @@ class Maintenance:
         finally:
             self._lock.release()
 
+    def maybe_in_background(self) -> None:
+        """``maybe`` on a thread of its own: the caller (the Spark planner) never waits for a pass.
+
+        The planner probes on every trigger, and a pass there (a serial read, a
+        scan of each bucket it may drop, LWTs) took 5-340 ms of its time while
+        a backlog drained. A pass's effect (a higher head) reaches the probe
+        one call later, which costs at most a look at a dropped bucket. A
+        daemon thread: a pass cut short by the process's exit leaves what a
+        crash leaves, which the next pass mends (``_drop``).
+        """
+        if time.monotonic() - self._maintained_at < MAINTENANCE_INTERVAL or self._lock.locked():
+            return
+        name = f"bdq-maintenance-{self._name}"
+        threading.Thread(target=self.maybe, name=name, daemon=True).start()
+
     def run(self) -> tuple[int, int]:
         """Run a pass now; return ``(sealed_upto, head)`` after it."""
         with self._lock:

@@ -36,7 +36,7 @@ class BucketReceiver:
     Args:
         buckets: The queue's bucket store.
         bounds: The handle's view of head, tail and idle buckets.
-        maintenance: Run about once a second by the planner's probe.
+        maintenance: Run about once a second, on a thread of its own, by the planner's probe.
         claims: The handle's claims (their random source breaks order-hint ties).
         past_limit: The handle's dead-letter step (``Receiver.past_limit``).
     """
@@ -176,19 +176,39 @@ class BucketReceiver:
         stretch of buckets not dropped yet costs a round trip per window, not
         one per bucket (the Spark source asks on every trigger).
         ``leased_here``: buckets the caller's own steps in flight hold leases
-        in (``Bounds.note_idle_many``); found without a visible message, they
-        are skipped for a while without a second read.
+        in. They are probed last, only when the others hold fewer than
+        ``max_buckets`` with a visible message: a step usually leased all a
+        bucket held, and the probe of a bucket without a visible message reads
+        the whole partition (10 of them cost a draining source 50-200 ms a
+        trigger). Found without a visible message, they are skipped for a
+        while without a second read (``Bounds.note_idle_many``). The queue's
+        maintenance runs on a thread of its own (``Maintenance.maybe_in_background``).
         """
-        self._maintenance.maybe()
+        self._maintenance.maybe_in_background()
         now = now_ms()
         self._bounds.refresh_tail()
         tail = self._bounds.tail if below is None else min(self._bounds.tail, below)
-        found: list[int] = []
         if tail <= 0:
-            return found
+            return []
         live = range(self._bounds.head, self._buckets.bucket_of(tail - 1) + 1)
+        held = set(leased_here)
         candidates = [b for b in live if not self._bounds.skipped(b, now)]
-        window = max(max_buckets, PROBE_WINDOW)
+        found = self._probe([b for b in candidates if b not in held], max_buckets, now, leased_here)
+        if len(found) < max_buckets:
+            found += self._probe(
+                [b for b in candidates if b in held], max_buckets - len(found), now, leased_here
+            )
+        return sorted(found)[:max_buckets]
+
+    def _probe(
+        self, candidates: Sequence[int], wanted: int, now: int, leased_here: Collection[int]
+    ) -> list[int]:
+        """The ``candidates`` with a visible message, a window at a time until ``wanted`` are found.
+
+        Those found without one are noted idle.
+        """
+        found: list[int] = []
+        window = max(wanted, PROBE_WINDOW)
         for start in range(0, len(candidates), window):
             probed = candidates[start : start + window]
             visible = self._buckets.probe_visible(probed, now)
@@ -198,6 +218,6 @@ class BucketReceiver:
                 now,
                 leased_here=leased_here,
             )
-            if len(found) >= max_buckets:
+            if len(found) >= wanted:
                 break
-        return found[:max_buckets]
+        return found
