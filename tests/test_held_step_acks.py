@@ -168,3 +168,28 @@ def test_the_planner_s_probe_does_not_wait_for_a_maintenance_pass(
         assert ran_on and ran_on[0] != threading.current_thread().name
     finally:
         release.set()
+
+
+def test_a_background_maintenance_pass_that_fails_is_logged_not_raised(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a pass that fails as a closed client's session does
+    queue = client.create_queue("failing-maintenance", bucket_size=5)
+    queue.send_batch([b"a"])
+    failed = threading.Event()
+
+    def failing_pass(self: Maintenance) -> tuple[int, int]:
+        failed.set()
+        raise RuntimeError("cannot schedule new futures after shutdown")
+
+    monkeypatch.setattr(Maintenance, "_pass", failing_pass)
+    # When the planner probes, the pass fails on its own thread
+    assert queue.visible_buckets(4) == [0]
+    assert failed.wait(10)
+    # Then the failure is logged with the queue's name (pytest fails a test whose
+    # thread raised), and the probe still answers
+    deadline = time.monotonic() + 10
+    while "background maintenance pass failed" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "'failing-maintenance': background maintenance pass failed" in caplog.text
+    assert queue.visible_buckets(4) == [0]

@@ -71,7 +71,18 @@ class Maintenance:
         if time.monotonic() - self._maintained_at < MAINTENANCE_INTERVAL or self._lock.locked():
             return
         name = f"bdq-maintenance-{self._name}"
-        threading.Thread(target=self.maybe, name=name, daemon=True).start()
+        threading.Thread(target=self._maybe_quietly, name=name, daemon=True).start()
+
+    def _maybe_quietly(self) -> None:
+        """``maybe`` for a thread nobody joins: whatever it raises is logged, never re-raised.
+
+        A pass may outlive its handle (a closed client's session raises), and a
+        failed pass only waits for the next one, as ``maybe``'s own do.
+        """
+        try:
+            self.maybe()
+        except Exception:
+            log.warning("queue %r: background maintenance pass failed", self._name, exc_info=True)
 
     def run(self) -> tuple[int, int]:
         """Run a pass now; return ``(sealed_upto, head)`` after it."""
