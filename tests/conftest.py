@@ -221,24 +221,27 @@ def fresh_keyspace(
     does with ``bdq keyspace create``: clients never create them. For a test
     that alters the keyspace's schema or drops it; most take ``keyspace``.
     """
-    settings = cassandra.with_keyspace(f"t_{uuid.uuid4().hex[:8]}")
-    cql.ensure_keyspace(settings, session=_cql_session)
-    try:
+    with _made_keyspace(cassandra, _cql_session) as settings:
         yield settings
-    finally:
-        cql.drop_keyspace(settings, session=_cql_session)
 
 
 @pytest.fixture(scope="module")
 def _module_keyspace(
     cassandra: ConnectionSettings, _cql_session: Session
 ) -> Iterator[ConnectionSettings]:
+    with _made_keyspace(cassandra, _cql_session) as settings:
+        yield settings
+
+
+@contextlib.contextmanager
+def _made_keyspace(cassandra: ConnectionSettings, session: Session) -> Iterator[ConnectionSettings]:
+    """A keyspace ``t_<8 hex>`` and its queue tables, made on entry and dropped on exit."""
     settings = cassandra.with_keyspace(f"t_{uuid.uuid4().hex[:8]}")
-    cql.ensure_keyspace(settings, session=_cql_session)
+    cql.ensure_keyspace(settings, session=session)
     try:
         yield settings
     finally:
-        cql.drop_keyspace(settings, session=_cql_session)
+        cql.drop_keyspace(settings, session=session)
 
 
 @pytest.fixture
