@@ -5,6 +5,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from spark_queue.engine.claims import PRUNE_EVERY, Claims, pick_oldest
 
 
@@ -61,3 +64,26 @@ def test_acked_claims_are_skipped_a_little_longer_but_not_counted() -> None:
     # a sibling's read-ahead still lists them: skipped until the linger ends
     assert claims.pick(ROWS, 5, 1, hold=30.0, clock=1.5) == ROWS[10:15]
     assert claims.pick(ROWS[:10], 5, 1, hold=30.0, clock=2.5) == ROWS[:5]
+
+
+@given(
+    ids=st.lists(st.integers(0, 60), max_size=80),
+    count=st.integers(1, 30),
+    hint=st.integers(1, 4),
+    seed=st.integers(0, 2**16),
+)
+def test_a_message_listed_twice_is_picked_once_at_most(
+    ids: list[int], count: int, hint: int, seed: int
+) -> None:
+    # Given rows as two scans of one receive may list them: some more than once
+    found = [Row(i // 10, i) for i in ids]
+
+    # When a receive picks among them
+    picked = Claims(random.Random(seed)).pick(found, count, hint, hold=30.0, clock=0.0)
+
+    # Then each message is picked once at most, only from those found, as many as asked
+    keys = [(r.bucket, r.id) for r in picked]
+    assert len(keys) == len(set(keys))
+    assert set(keys) <= {(r.bucket, r.id) for r in found}
+    assert len(picked) == min(count, len(set(ids)))
+    assert [r.id for r in picked] == sorted(r.id for r in picked)

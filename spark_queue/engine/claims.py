@@ -50,6 +50,10 @@ class Claims:
     def pick(self, found: Sequence[K], count: int, hint: int, hold: float, clock: float) -> list[K]:
         """Pick ``count`` among the oldest ``count * hint`` unclaimed; claim them for ``hold`` s.
 
+        A message ``found`` lists twice (two scans of one receive read it: a
+        share held and the same share taken again, ``shares.py``) is one
+        candidate, picked once at most.
+
         Returns:
             The picked ones, in id order.
         """
@@ -59,7 +63,8 @@ class Claims:
                 self._until = {k: t for k, t in self._until.items() if t > clock}
                 self._done = {k: t for k, t in self._done.items() if t > clock}
                 self._pruned_at = clock
-            chosen = pick_oldest(self._free(found, clock), count, hint, self.rng)
+            once = list({(m.bucket, m.id): m for m in found}.values())  # first place kept
+            chosen = pick_oldest(self._free(once, clock), count, hint, self.rng)
             for m in chosen:
                 self._until[(m.bucket, m.id)] = clock + hold
         return chosen
