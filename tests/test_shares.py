@@ -313,7 +313,9 @@ def test_closing_a_client_gives_its_shares_up_at_once(
 
 
 @both_stores
-def test_a_share_whose_row_vanished_while_held_is_not_scanned_twice(client: QueueClient) -> None:
+def test_a_share_whose_row_vanished_while_held_hands_each_message_out_once(
+    client: QueueClient,
+) -> None:
     # Given a consumer holding shares of a bucket it partly received, with rows read ahead
     queue = client.create_queue("share-row-gone", lanes=8, bucket_size=50)
     ids = queue.send_batch([f"{i}".encode() for i in range(50)])
@@ -322,9 +324,9 @@ def test_a_share_whose_row_vanished_while_held_is_not_scanned_twice(client: Queu
     held = queue.shares.owned()
     assert held
 
-    # When the shares' rows are gone while the handle still counts them held (a
-    # node whose clock stepped ahead expires a TTL early; a replica read missed
-    # the row), so that one receive scans them as held and takes them up again
+    # When the shares' rows are gone while the handle still counts them held (as
+    # when a replica's clock steps ahead and expires their TTL early), so that one
+    # receive scans them as held, finds them free, takes them again and scans them again
     shares = queue.shares
     shares._ownership.release(shares.owner, [shares._key(s) for s in held])
     rest = queue.receive(40)
