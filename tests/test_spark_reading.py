@@ -14,13 +14,15 @@ from spark_queue.spark.source import BdqStreamReader
 pytestmark = pytest.mark.cassandra
 
 
-def test_a_handle_is_reused_until_the_refresh_then_a_recreated_queue_is_seen(
+def test_a_handle_is_kept_across_refreshes_until_the_queue_is_recreated(
     keyspace: ConnectionSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(worker_handles, "QUEUE_REFRESH", 0.0)  # look up again at every call
     with QueueClient(settings=keyspace) as client:
         client.create_queue("handles")
         first = worker_handles.open_queue(keyspace, "handles")
+        # Looked up again, the same incarnation: the same handle (its id block kept).
+        assert worker_handles.open_queue(keyspace, "handles") is first
         client.delete_queue("handles")
         with pytest.raises(QueueNotFound, match="handles"):
             worker_handles.open_queue(keyspace, "handles")

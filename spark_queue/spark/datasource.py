@@ -25,6 +25,7 @@ from spark_queue.spark.options import (
 )
 from spark_queue.spark.sink import BdqBatchWriter, BdqStreamWriter, check_sink_schema
 from spark_queue.spark.source import SCHEMA, BdqBatchReader, BdqStreamReader
+from spark_queue.spark.worker_gc import settled
 
 
 class BdqDataSource(DataSource):
@@ -107,9 +108,11 @@ class BdqDataSource(DataSource):
             )
         return options
 
+    @settled
     def reader(self, schema: StructType) -> DataSourceReader:
         return BdqBatchReader(self._source_options(schema))
 
+    @settled
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         # pyspark calls this in the process that hosts the reader (and in planner
         # workers, which stop_on_sigterm leaves alone): see spark.stopping.
@@ -117,6 +120,7 @@ class BdqDataSource(DataSource):
         stopping.stop_on_sigterm(reader.stop)
         return reader
 
+    @settled
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         options = SinkOptions.parse(self._options(SINK_OPTIONS))
         if overwrite:
@@ -124,6 +128,7 @@ class BdqDataSource(DataSource):
         check_sink_schema(schema, options)
         return BdqBatchWriter(options)
 
+    @settled
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         options = SinkOptions.parse(self._options(SINK_OPTIONS))
         check_sink_schema(schema, options)

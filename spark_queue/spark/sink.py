@@ -65,6 +65,7 @@ from pyspark.sql.types import (
 from spark_queue.engine.staging import Staged
 from spark_queue.errors import InvalidSetting
 from spark_queue.spark.options import SinkOptions
+from spark_queue.spark.worker_gc import settled
 from spark_queue.spark.worker_handles import open_queue
 
 log = logging.getLogger(__name__)
@@ -343,6 +344,7 @@ class BdqStreamWriter(DataSourceStreamArrowWriter):
     def _writer(self, query_id: str | None) -> str:
         return writer_name(self.options, self.run, query_id)
 
+    @settled
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = TaskContext.get()
         batch = context.getLocalProperty("streaming.sql.batchId") if context else None
@@ -350,10 +352,12 @@ class BdqStreamWriter(DataSourceStreamArrowWriter):
         step = int(batch) if batch is not None else None
         return write_batches(self.options, iterator, step, self._writer(query))
 
+    @settled
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         publish(self.options, messages)
         _log_commit(messages, f"batch {batchId}")
 
+    @settled
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.options.writer_id is not None:
             log.warning(
@@ -372,13 +376,16 @@ class BdqBatchWriter(DataSourceArrowWriter):
         self.options = options
         self.writer = writer_name(options, f"write-{uuid.uuid4().hex}", None)
 
+    @settled
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return write_batches(self.options, iterator, None, self.writer)
 
+    @settled
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         publish(self.options, messages)
         _log_commit(messages, "write")
 
+    @settled
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.options.writer_id is not None:
             log.warning(

@@ -61,6 +61,7 @@ from spark_queue.spark.options import DEFAULT_MAX_MESSAGES_PER_TRIGGER, SourceOp
 from spark_queue.spark.partitions import BucketPartition
 from spark_queue.spark.reading import read_partition, read_slice
 from spark_queue.spark.step_tracking import StepTrackingReader
+from spark_queue.spark.worker_gc import settled
 from spark_queue.spark.worker_handles import shared_client
 from spark_queue.store.message_values import now_ms
 from spark_queue.store.session import Store
@@ -384,6 +385,7 @@ class BdqStreamReader(StepTrackingReader, SupportsTriggerAvailableNow):
                     name,
                 )
 
+    @settled
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BucketPartition)
         if partition.incarnation:
@@ -475,6 +477,7 @@ class BdqBatchReader(DataSourceReader):
             ]
         return partitions
 
+    @settled
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BucketPartition)
         return read_partition(partition)

@@ -43,7 +43,8 @@ def open_queue(settings: ConnectionSettings, name: str) -> Queue:
     Every task and every planning step opens its queues: reading the queue's
     row each time cost a round trip per task. A queue deleted and re-created
     is seen within ``QUEUE_REFRESH`` seconds (a handle re-reads its settings
-    as often, see ``Queue.settings``).
+    as often, see ``Queue.settings``); until then, and for as long as the
+    queue stays the same incarnation, tasks share one handle.
 
     Raises:
         QueueNotFound: No queue of that name (checked at each look-up).
@@ -55,6 +56,10 @@ def open_queue(settings: ConnectionSettings, name: str) -> Queue:
     if found is not None and now < found[1]:
         return found[0]
     queue = shared_client(settings).queue(name)
+    if found is not None and found[0].queue_id == queue.queue_id:
+        # The same incarnation: keep the handle, with its id block (a new one
+        # would reserve ids again) and what it remembers of the queue.
+        queue = found[0]
     with _clients_lock:
         _handles[key] = (queue, now + QUEUE_REFRESH)
     return queue
