@@ -12,9 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from spark_queue import ConnectionSettings, QueueClient
+from spark_queue.bench.source_floor import floor_batch, floor_parts
 from spark_queue.bench.spark_bench import _session_conf, run_spark_bench
 from spark_queue.bench.spark_bench_params import (
     CHECKPOINT_MANAGER,
@@ -97,6 +100,12 @@ def test_a_small_run_moves_every_message_through_every_phase(
     assert result.floor is not None and result.floor.batches > 0
     assert result.floor.trigger_p50_ms is not None and result.floor.trigger_p50_ms > 0
     assert result.floor.trigger_parts_p50_ms["triggerExecution"] == result.floor.trigger_p50_ms
+    # And the source floor (a Python source with no queue) drained as many rows, a
+    # trigger's worth at a time, and the source's rate has a ratio to it
+    assert result.source_floor is not None
+    assert result.source_floor.rows == 500 and result.source_floor.left == 0
+    assert result.source_floor.batches >= math.ceil(500 / 200)
+    assert result.source_floor_ratio is not None and result.source_floor_ratio > 0
     # And the baseline was measured before and after, so every ratio and target has a value
     assert len(result.baseline_rates) == 2
     assert None not in (result.sink_ratio, result.source_ratio, result.pipeline_ratio)
@@ -110,6 +119,7 @@ def test_a_small_run_moves_every_message_through_every_phase(
     # And the result reads back as JSON with its parameters, ratios and targets
     values = json.loads(json.dumps(result.to_dict()))
     assert values["params"]["messages"] == 500
+    assert values["source_floor_ratio"] == result.source_floor_ratio
     # And it records the session settings it ran with (its default and the one given),
     # and the session has its own settings back
     assert dict(values["params"]["spark_conf"]) == {
@@ -249,6 +259,7 @@ def test_cli_lists_every_parameter() -> None:
         "--master",
         "--spark-conf",
         "--floor-seconds",
+        "--no-source-floor",
         "--seed",
         "--no-baseline",
         "--keyspace",
@@ -272,3 +283,29 @@ def test_payloads_are_made_in_the_executors_in_make_payloads_format() -> None:
     assert [len(p) for p in payloads] == [64] * 4
     assert [parse_payload(p) for p in payloads] == [(0, 5), (0, 6), (0, 7), (0, 8)]
     assert first[0].equals(again[0]) and not first[0].equals(other[0])  # seeded, repeatable
+
+
+@given(
+    start=st.integers(0, 10**6),
+    rows=st.integers(0, 30_000),
+    most=st.integers(1, 10_000),
+)
+def test_the_source_floor_splits_a_step_into_consecutive_parts_of_at_most_most_rows(
+    start: int, rows: int, most: int
+) -> None:
+    parts = floor_parts(start, start + rows, most)
+
+    assert [n for low, high in parts for n in range(low, high)] == list(range(start, start + rows))
+    assert all(0 < high - low <= most for low, high in parts)
+    assert len(parts) == math.ceil(rows / most)
+
+
+def test_a_source_floor_batch_has_the_sources_schema_and_its_rows() -> None:
+    from spark_queue.spark.reading import ARROW_SCHEMA
+
+    batch = floor_batch(40, 45, 128)
+
+    assert batch.schema.equals(ARROW_SCHEMA)
+    assert batch.column("id").to_pylist() == [40, 41, 42, 43, 44]
+    assert {len(p) for p in batch.column("payload").to_pylist()} == {128}
+    assert batch.column("headers").to_pylist() == [[]] * 5

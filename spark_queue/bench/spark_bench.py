@@ -64,6 +64,7 @@ from spark_queue.bench.spark_bench_throughput import (
     WARMUP_BUCKET_SIZE,
     pipeline_phase,
     sink_phase,
+    source_floor_phase,
     source_phase,
     warm_up,
 )
@@ -97,6 +98,7 @@ def run_spark_bench(
     baseline_concurrency: int = BASELINE_CONCURRENCY,
     spark_conf: Mapping[str, str] | None = None,
     floor_seconds: float = FLOOR_SECONDS,
+    source_floor: bool = True,
     spark: SparkSession | None = None,
     progress: Progress | None = None,
 ) -> SparkBenchResult:
@@ -128,6 +130,7 @@ def run_spark_bench(
         baseline_concurrency=baseline_concurrency,
         spark_conf=tuple({**DEFAULT_SPARK_CONF, **(spark_conf or {})}.items()),
         floor_seconds=floor_seconds,
+        source_floor=source_floor,
         **({} if seed is None else {"seed": seed}),
     )
     report = progress or _quiet
@@ -267,6 +270,7 @@ def _run(
             queues.append(sink_queue.name)
             sink = sink_phase(run, rows, sink_queue)
             source = source_phase(run, sink_queue)
+            source_floor = source_floor_phase(run) if params.source_floor else None
             into, out = run.create_queue("pipeline-in"), run.create_queue("pipeline-out")
             queues += [into.name, out.name]
             pipeline = pipeline_phase(run, rows, into, out)
@@ -300,6 +304,7 @@ def _run(
         pipeline=pipeline,
         latency=latency,
         floor=floor,
+        source_floor=source_floor,
         baseline_rate=sum(rates) / len(rates) if rates else None,
         baseline_rates=list(rates),
     )

@@ -50,6 +50,8 @@ class SparkBenchParams:
             ``DEFAULT_SPARK_CONF`` unless overridden.
         floor_seconds: Seconds the floor (a no-op Python stream, ``spark_floor``) is
             timed after the latency phase; 0 skips it.
+        source_floor: Time draining M rows of a Python source with no queue behind it
+            (``source_floor``), after the source phase.
     """
 
     messages: int = 20_000
@@ -67,6 +69,7 @@ class SparkBenchParams:
     baseline_concurrency: int = BASELINE_CONCURRENCY
     spark_conf: tuple[tuple[str, str], ...] = tuple(DEFAULT_SPARK_CONF.items())
     floor_seconds: float = FLOOR_SECONDS
+    source_floor: bool = True
 
     def __post_init__(self) -> None:
         check_int("messages", self.messages, 1, 10_000_000)

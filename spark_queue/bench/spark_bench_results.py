@@ -136,6 +136,9 @@ class SparkBenchResult:
         floor: Spark's own cost per micro-batch of a no-op Python source into a
             no-op Python sink on the latency phase's trigger (``spark_floor``):
             what the latency query's triggers cannot go below.
+        source_floor: M rows of a Python source with no queue behind it drained as
+            the source phase drains its queue (``source_floor``): what Spark allows
+            the source phase, or None when not measured.
         baseline_rate: Raw prepared inserts per second (mean of the measures before
             and after the Spark phases), or None when not measured.
         baseline_rates: Each measure of the raw baseline, in the order taken.
@@ -151,6 +154,7 @@ class SparkBenchResult:
     baseline_rate: float | None
     baseline_rates: list[float]
     floor: FloorPhase | None = None
+    source_floor: StreamPhase | None = None
 
     def _ratio(self, rate: float) -> float | None:
         return rate / self.baseline_rate if self.baseline_rate else None
@@ -169,6 +173,12 @@ class SparkBenchResult:
     def pipeline_ratio(self) -> float | None:
         """Pipeline rate over the raw baseline."""
         return self._ratio(self.pipeline.rate)
+
+    @property
+    def source_floor_ratio(self) -> float | None:
+        """Source rate over the source floor's: the share of Spark's allowance bdq reaches."""
+        floor = self.source_floor
+        return self.source.rate / floor.rate if floor is not None and floor.rate > 0 else None
 
     @property
     def sink_met(self) -> bool | None:
@@ -205,6 +215,7 @@ class SparkBenchResult:
         values = asdict(self)
         values["source"]["batch_rate"] = self.source.batch_rate
         values["pipeline"]["batch_rate"] = self.pipeline.batch_rate
+        values["source_floor_ratio"] = self.source_floor_ratio
         values["ratios"] = {
             "sink": self.sink_ratio,
             "source": self.source_ratio,

@@ -1,7 +1,9 @@
 """The throughput phases of ``bdq bench spark``: warm-up, sink, source and pipeline.
 
 The warm-up is untimed; the sink times one ``df.write``; the source and the
-pipeline each time one ``availableNow`` query that drains its input queue.
+pipeline each time one ``availableNow`` query that drains its input queue, and
+the source floor one that drains a Python source with no queue behind it
+(``source_floor.py``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from spark_queue.bench.source_floor import SOURCE_FLOOR_FORMAT, source_floor_format
 from spark_queue.bench.spark_bench_results import StreamPhase, WarmUp, WritePhase
 from spark_queue.bench.spark_bench_run import (
     POLL_INTERVAL,
@@ -101,12 +104,16 @@ def _drain(
     run: BenchRun,
     name: str,
     frame: DataFrame,
-    queue: Queue,
+    queue: Queue | None,
     *,
     expected: int,
     output: Queue | None = None,
 ) -> StreamPhase:
-    """Run ``frame`` until ``queue`` is drained, into ``output`` or the noop sink; time it."""
+    """Run ``frame`` until ``queue`` is drained, into ``output`` or the noop sink; time it.
+
+    Without ``queue`` (the source floor), what is left is what the query did not read
+    of the ``expected`` rows.
+    """
     batches = Batches()
     writer = frame.writeStream.queryName(f"bench_{name}_{run.run_id}").option(
         "checkpointLocation", run.checkpoint(name)
@@ -129,7 +136,8 @@ def _drain(
         lambda: run.progress(f"{name}: {batches.total_rows}/{expected} messages"),
     )
     seconds = time.perf_counter() - began
-    run.progress(f"{name}: counting the queues")
+    if queue is not None:
+        run.progress(f"{name}: counting the queues")
     durations = batches.summed_durations()
     return StreamPhase(
         seconds=seconds,
@@ -139,7 +147,7 @@ def _drain(
         batches=batches.with_rows,
         empty_batches=len(batches.rows) - batches.with_rows,
         duration_ms=durations,
-        left=queue_total(queue),
+        left=queue_total(queue) if queue is not None else max(expected - batches.total_rows, 0),
     )
 
 
@@ -148,6 +156,21 @@ def source_phase(run: BenchRun, queue: Queue) -> StreamPhase:
     run.progress("source: draining the queue into the noop sink")
     frame = read_stream(run, queue, maxMessagesPerTrigger=str(run.params.max_per_trigger))
     return _drain(run, "source", frame, queue, expected=run.params.messages)
+
+
+def source_floor_phase(run: BenchRun) -> StreamPhase:
+    """Time draining M rows of a Python source with no queue behind it (``source_floor.py``)."""
+    params = run.params
+    run.progress(f"source floor: draining {params.messages} rows of a Python source, no queue")
+    run.spark.dataSource.register(source_floor_format())
+    frame = (
+        run.spark.readStream.format(SOURCE_FLOOR_FORMAT)
+        .option("rows", str(params.messages))
+        .option("perTrigger", str(params.max_per_trigger))
+        .option("payloadBytes", str(params.payload_bytes))
+        .load()
+    )
+    return _drain(run, "source_floor", frame, None, expected=params.messages)
 
 
 def pipeline_phase(run: BenchRun, rows: DataFrame, into: Queue, out: Queue) -> StreamPhase:

@@ -100,6 +100,13 @@ from spark_queue.errors import InvalidSetting, MissingExtra
     " trigger: Spark's own cost per micro-batch, the latency's floor (0: skip).",
 )
 @click.option(
+    "--source-floor/--no-source-floor",
+    default=True,
+    show_default=True,
+    help="Also drain M rows of a Python source with no queue behind it, as the source phase"
+    " drains its queue: the rate Spark itself allows the source phase.",
+)
+@click.option(
     "--spark-conf",
     "spark_conf",
     multiple=True,
@@ -238,6 +245,11 @@ def _spark_table(r: SparkBenchResult) -> Table:
     )
     table.add_row("  sink: stored", f"{r.sink.stored}/{m} in {r.sink.seconds:.1f} s")
     _stream_rows(table, "source", r.source, r.baseline_rate)
+    if r.source_floor is not None:
+        table.add_row(
+            "  source floor (Python source, no queue): rate, source / floor",
+            f"{format_rate(r.source_floor.rate)}, {format_ratio(r.source_floor_ratio)}",
+        )
     _stream_rows(table, "pipeline", r.pipeline, r.baseline_rate)
     table.add_row("  pipeline: delivered", f"{r.pipeline.delivered}/{m}")
     table.add_row(
