@@ -30,19 +30,22 @@ def _survivors(n: int) -> list[list[int]]:
     return kept
 
 
-def _collected(objects: list[list[int]]) -> bool:
-    """Whether the collector still walks every one of ``objects`` (none is frozen).
+def _walked(objects: list[list[int]]) -> int:
+    """How many of ``objects`` the collector still walks (a frozen one it does not).
 
     Asked of the objects themselves: the freeze count also falls whenever any
     frozen object of this busy test process is freed, so it cannot say what froze.
     """
     walked = {id(o) for o in gc.get_objects(generation=2)}
-    return all(id(o) in walked for o in objects)
+    return sum(id(o) in walked for o in objects)
+
+
+def _collected(objects: list[list[int]]) -> bool:
+    return _walked(objects) == len(objects)
 
 
 def _frozen(objects: list[list[int]]) -> bool:
-    walked = {id(o) for o in gc.get_objects(generation=2)}
-    return not any(id(o) in walked for o in objects)
+    return _walked(objects) == 0
 
 
 def test_outside_a_daemon_worker_nothing_is_frozen() -> None:
