@@ -3,7 +3,7 @@
 A Python data source with no queue behind it offers the source phase's rows:
 the bdq source's schema and payload size, ``maxMessagesPerTrigger`` a trigger,
 split into partitions as the bdq source groups a step's buckets
-(``PARTITION_MESSAGES`` each). Each partition is one Arrow batch made with
+(``grouped_partition_messages`` each). Each partition is one Arrow batch made with
 Arrow's own repeat, no Python per row. The query drains them into the noop
 sink with ``availableNow``, as the source phase does, on the same session.
 
@@ -65,7 +65,7 @@ def source_floor_format() -> type:
         SupportsTriggerAvailableNow,
     )
 
-    from spark_queue.spark.source import PARTITION_MESSAGES, SCHEMA
+    from spark_queue.spark.source import SCHEMA, grouped_partition_messages
 
     class FloorSourceReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def __init__(self, rows: int, per_trigger: int, payload_bytes: int) -> None:
@@ -87,7 +87,7 @@ def source_floor_format() -> type:
             return {"rows": min(self.rows, start["rows"] + step)}
 
         def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-            parts = floor_parts(start["rows"], end["rows"], PARTITION_MESSAGES)
+            parts = floor_parts(start["rows"], end["rows"], grouped_partition_messages())
             return [InputPartition(part) for part in parts]
 
         def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

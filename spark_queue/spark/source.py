@@ -95,6 +95,11 @@ OWNERSHIP_ROUNDS = 3
 PATTERN_REFRESH = 5.0
 
 
+def grouped_partition_messages() -> int:
+    """Most messages of an input partition that groups several buckets (``group_buckets``)."""
+    return min(PARTITION_MESSAGES, MAX_BATCH)
+
+
 def group_buckets(parts: Sequence[tuple[str, int]]) -> tuple[int, ...]:
     """The input partition of each planned ``(queue, share)``: fewer, larger tasks.
 
@@ -103,7 +108,7 @@ def group_buckets(parts: Sequence[tuple[str, int]]) -> tuple[int, ...]:
     share a partition up to ``PARTITION_MESSAGES`` messages (and one receive's
     MAX_BATCH). A bucket larger than that keeps a partition of its own.
     """
-    most = min(PARTITION_MESSAGES, MAX_BATCH)
+    most = grouped_partition_messages()
     partition_of: list[int] = []
     open_group: dict[str, tuple[int, int]] = {}  # queue -> (partition, messages in it)
     count = 0
