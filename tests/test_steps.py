@@ -10,6 +10,7 @@ import pytest
 from spark_queue import QueueClient, SparkQueueError
 from spark_queue.errors import BackendUnavailable
 from spark_queue.queue import Queue
+from spark_queue.store.buckets import Buckets
 from spark_queue.store.journal import Journal
 from spark_queue.store.send_log import SendLog
 
@@ -273,3 +274,52 @@ def test_two_attempts_of_one_part_hand_out_what_the_first_recorded(
     # what the second attempt leased came back at once, not a visibility timeout later
     rest = queue.receive(10, visibility_timeout=60)
     assert sorted(d.id for d in rest) == sorted(set(range(10)) - set(first))
+
+
+def test_a_parts_first_deliveries_are_not_read_back(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given buckets the step part has to itself, holding messages never delivered
+    queue = client.create_queue("first-deliveries", bucket_size=5)
+    ids = queue.send_batch([str(i).encode() for i in range(8)])
+    read_back: list[Any] = []
+    leases_of = Buckets.leases_of
+
+    def recording(self: Buckets, keys: Any) -> Any:
+        read_back.extend(keys)
+        return leases_of(self, keys)
+
+    monkeypatch.setattr(Buckets, "leases_of", recording)
+
+    # When the part leases them
+    leased = queue.steps.receive_leased("q", 1, 0, 8, buckets=[0, 1], first_attempt=True)
+
+    # Then every one is handed out, and no lease was read back: nobody holds a
+    # receipt of a first delivery, so nothing can ack it between scan and lease
+    assert [m.id for m, _ in leased] == ids
+    assert read_back == []
+
+
+def test_a_redelivery_acked_by_its_late_consumer_during_the_lease_is_not_handed_out(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a message whose first lease ran out while its consumer still worked on it
+    queue = client.create_queue("late-ack", bucket_size=10, visibility_timeout=0.2)
+    first, second = queue.send_batch([b"slow", b"fresh"])
+    (late,) = queue.receive(1)
+    assert late.id == first
+    time.sleep(0.3)
+    write = Buckets.write_leases_shared
+
+    def acked_first(self: Buckets, *args: Any, **kwargs: Any) -> Any:
+        # the late consumer's ack lands between the part's scan and its lease write
+        queue.ack(late.receipt)
+        return write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Buckets, "write_leases_shared", acked_first)
+
+    # When a step part leases the bucket
+    leased = queue.steps.receive_leased("q", 1, 0, 10, buckets=[0], first_attempt=True)
+
+    # Then the acked message is read back and left out; the first delivery is handed out
+    assert [m.id for m, _ in leased] == [second]

@@ -5,10 +5,12 @@ and gives each partition its buckets (or one id slice of a busy bucket) to
 itself for the step: its driver owns them (``spark/sharing.py``). So a
 partition's receive ignores lanes: it scans the buckets with payloads, writes
 plain leases under one token (the step part's own, ``steps.step_lease``, so a
-retry can take back what a dead attempt leased) and reads the leases, not the
-payloads, back: each must have won (last write wins) and not been acked
-between the scan and the write. Plain consumers receive through lanes
-instead (``receiving.py``).
+retry can take back what a dead attempt leased) and reads back the leases,
+not the payloads, of the messages delivered before: a late consumer's ack
+may have landed between the scan and the write, as in a plain receive. A
+first delivery has no receipt anyone could ack, and nobody else leases in
+the partition's buckets for the step, so it costs no read. Plain consumers
+receive through lanes instead (``receiving.py``).
 """
 
 from __future__ import annotations
@@ -84,12 +86,13 @@ class BucketReceiver:
     ) -> list[Leased]:
         """A receive in buckets the caller has to itself (a Spark partition): plain leases.
 
-        Three round trips: the scan reads payloads at once (the caller takes
-        nearly all it finds); the leases are plain writes sharing one token
-        (fresh, or the replayable step's own), so each bucket's go in one
-        statement; and a read-back of the leases alone (no payloads) checks
-        that each won (last write wins) and that the message was not acked
-        between the scan and the lease write.
+        Two round trips, three when a message was delivered before: the scan
+        reads payloads at once (the caller takes nearly all it finds); the
+        leases are plain writes sharing one token (fresh, or the replayable
+        step's own), so each bucket's go in one statement; and a read-back of
+        the leases alone (no payloads) of the messages delivered before checks
+        that each was not acked by its late consumer between the scan and the
+        lease write, and that the lease written is still the one held.
 
         Args:
             buckets: The buckets to read, in order.
@@ -134,10 +137,17 @@ class BucketReceiver:
             for m in mine
         ]
         self._buckets.write_leases_shared([w for _, w in leased], now)
-        held = self._buckets.leases_of([(w.bucket, w.id) for _, w in leased])
+        # Only a message leased before has a late consumer whose ack may have landed
+        # between the scan and the write: those leases alone are read back.
+        again = {(w.bucket, w.id) for m, w in leased if m.lease or m.delivery_count}
+        held = self._buckets.leases_of(sorted(again)) if again else {}
         won = (token, False)
         return sorted(
-            ((m, w) for m, w in leased if held.get((w.bucket, w.id)) == won),
+            (
+                (m, w)
+                for m, w in leased
+                if (w.bucket, w.id) not in again or held.get((w.bucket, w.id)) == won
+            ),
             key=lambda mw: mw[1].id,
         )
 
