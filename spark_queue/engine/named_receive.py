@@ -8,9 +8,11 @@ plain leases under one token (the step part's own, ``steps.step_lease``, so a
 retry can take back what a dead attempt leased) and reads back the leases,
 not the payloads, of the messages delivered before: a late consumer's ack
 may have landed between the scan and the write, as in a plain receive. A
-first delivery has no receipt anyone could ack, and nobody else leases in
-the partition's buckets for the step, so it costs no read. Plain consumers
-receive through lanes instead (``receiving.py``).
+first delivery has no receipt anyone could ack, and no other query leases in
+the buckets its driver owns, so it costs no read. Plain consumers receive
+through lanes instead (``receiving.py``) and do not look at that ownership:
+one that leases the same first delivery at the same moment hands it out as
+well (a duplicate, never a loss; docs/spark.md).
 """
 
 from __future__ import annotations
