@@ -1,7 +1,9 @@
 """A leased message as a delivery: the helpers both ways of receiving share.
 
-A receive writes a lease on each message it picks (``fresh_lease``) and hands
-out each message it won as a ``Delivery`` with its receipt (``delivery_of``);
+A receive writes a lease on each message it picks (``fresh_lease``), checks
+that each still holds (``still_held``: a redelivery's late consumer may have
+acked it meanwhile), and hands out each message it won as a ``Delivery``
+with its receipt (``delivery_of``);
 a caller that hands out rows (the Spark source) keeps the pair (``Leased``).
 A peek hands out messages without a lease (``message_of``).
 """
@@ -9,10 +11,15 @@ A peek hands out messages without a lease (``message_of``).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from spark_queue.message import Delivery, Message, Receipt, new_lease
 from spark_queue.store.message_values import Candidate, LeaseWrite, StoredMessage
+
+if TYPE_CHECKING:
+    from spark_queue.store.buckets import Buckets
 
 #: A message with the lease a receive wrote on it (its delivery, before any receipt).
 Leased = tuple[StoredMessage, LeaseWrite]
@@ -39,6 +46,20 @@ def fresh_lease(
         delivery_count=m.delivery_count + 1,
         expires_at=m.expires_at,
     )
+
+
+def still_held(buckets: Buckets, writes: Sequence[LeaseWrite]) -> list[bool]:
+    """Whether each lease just written still holds, reading back only redeliveries' leases.
+
+    A message delivered before has a late consumer whose ack may have landed
+    between the receive's scan and its lease write (the ack's condition held:
+    it was still that consumer's lease), so its lease is read back: it must
+    be the one written and not acked. A first delivery has no receipt anyone
+    could ack, so it costs no read.
+    """
+    again = [(w.bucket, w.id) for w in writes if w.delivery_count > 1]
+    held = buckets.leases_of(again) if again else {}
+    return [w.delivery_count <= 1 or held.get((w.bucket, w.id)) == (w.lease, False) for w in writes]
 
 
 def delivery_of(queue_id: uuid.UUID, m: StoredMessage, w: LeaseWrite) -> Delivery:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from spark_queue.engine.bounds import Bounds
 from spark_queue.engine.claims import Claims, pick_oldest
-from spark_queue.engine.deliveries import Leased, delivery_of, fresh_lease
+from spark_queue.engine.deliveries import Leased, delivery_of, fresh_lease, still_held
 from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.message import Delivery, new_lease
 from spark_queue.store.buckets import Buckets
@@ -138,19 +138,11 @@ class BucketReceiver:
             (m, LeaseWrite(m.bucket, m.id, token, now + timeout_ms, m.delivery_count, m.expires_at))
             for m in mine
         ]
-        self._buckets.write_leases_shared([w for _, w in leased], now)
-        # Only a message leased before has a late consumer whose ack may have landed
-        # between the scan and the write: those leases alone are read back.
-        again = {(w.bucket, w.id) for m, w in leased if m.lease or m.delivery_count}
-        held = self._buckets.leases_of(sorted(again)) if again else {}
-        won = (token, False)
+        writes = [w for _, w in leased]
+        self._buckets.write_leases_shared(writes, now)
+        held = still_held(self._buckets, writes)
         return sorted(
-            (
-                (m, w)
-                for m, w in leased
-                if (w.bucket, w.id) not in again or held.get((w.bucket, w.id)) == won
-            ),
-            key=lambda mw: mw[1].id,
+            (mw for mw, ok in zip(leased, held, strict=True) if ok), key=lambda mw: mw[1].id
         )
 
     def _held_by(

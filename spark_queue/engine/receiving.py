@@ -53,7 +53,7 @@ from spark_queue.defaults import IDLE_RECHECK
 from spark_queue.engine.bounds import Bounds
 from spark_queue.engine.claims import Claims
 from spark_queue.engine.dead_letters import DeadLetters
-from spark_queue.engine.deliveries import delivery_of, fresh_lease
+from spark_queue.engine.deliveries import delivery_of, fresh_lease, still_held
 from spark_queue.engine.drains import Drains
 from spark_queue.engine.head_look import HeadLook, KeylessLook
 from spark_queue.engine.lanes import KEYLESS, LaneOwner
@@ -256,17 +256,8 @@ class Receiver:
         token = new_lease()
         writes = [replace(fresh_lease(m, timeout_ms, now), lease=token) for m in live]
         self._buckets.write_leases_shared(writes, now)
-        # A message delivered before may have been acked by its late consumer
-        # between our scan and our lease (the ack's condition held: it was still
-        # its lease): read those leases back. A first delivery has no receipt
-        # anyone could ack, so it costs no read.
-        again = [(w.bucket, w.id) for w in writes if w.delivery_count > 1]
-        held = self._buckets.leases_of(again) if again else {}
-        won = [
-            (m, w)
-            for m, w in zip(live, writes, strict=True)
-            if w.delivery_count == 1 or held.get((w.bucket, w.id)) == (w.lease, False)
-        ]
+        held = still_held(self._buckets, writes)  # a redelivery's late ack (deliveries.py)
+        won = [(m, w) for m, w, ok in zip(live, writes, held, strict=True) if ok]
         # Nobody else leases these before their visible_at (now + timeout, taken
         # before the scan): their acks need no read (own_leases.py).
         self.own_leases.record(((w.bucket, w.id, token) for _, w in won), clock + timeout_ms / 1000)
