@@ -92,9 +92,11 @@ class BucketReceiver:
         reads payloads at once (the caller takes nearly all it finds); the
         leases are plain writes sharing one token (fresh, or the replayable
         step's own), so each bucket's go in one statement; and a read-back of
-        the leases alone (no payloads) of the messages delivered before checks
-        that each was not acked by its late consumer between the scan and the
-        lease write, and that the lease written is still the one held.
+        the leases alone (no payloads), only of messages whose new lease counts
+        a second delivery or more (``deliveries.still_held``), checks that each
+        was not acked by its late consumer between the scan and the lease
+        write. A message taken back from this part's dead attempt keeps that
+        attempt's count: at one, only that attempt ever held it.
 
         Args:
             buckets: The buckets to read, in order.
