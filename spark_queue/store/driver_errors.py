@@ -23,10 +23,23 @@ from cassandra import (
     WriteTimeout,
 )
 from cassandra.cluster import NoHostAvailable
+from cassandra.connection import ConnectionBusy
+from cassandra.pool import NoConnectionsAvailable
 
 from spark_queue.errors import BackendUnavailable, PermissionDenied, SparkQueueError
 
-__all__ = ["no_host_message", "permission_denied", "translate_errors", "translated"]
+__all__ = [
+    "never_sent",
+    "no_host_message",
+    "permission_denied",
+    "translate_errors",
+    "translated",
+]
+
+#: What the driver raises for a host before a request leaves the process: the
+#: connection's socket buffer is full (the node reads requests slower than they
+#: come), or every request id of the host's connections is in use.
+_REFUSED_BEFORE_SENDING = (ConnectionBusy, NoConnectionsAvailable)
 
 #: Cassandra's refusal: "User app has no MODIFY permission on <table ks.messages> or any
 #: of its parents".
@@ -77,6 +90,17 @@ def translated(error: BaseException, what: str) -> SparkQueueError:
     return result
 
 
+def never_sent(error: BaseException) -> bool:
+    """Whether the driver refused ``error``'s request on every host before sending it.
+
+    Such a request never reached Cassandra, so sending it again cannot apply
+    it twice, whatever it is (a conditional update too).
+    """
+    if not isinstance(error, NoHostAvailable) or not error.errors:
+        return False
+    return all(isinstance(e, _REFUSED_BEFORE_SENDING) for e in error.errors.values())
+
+
 def permission_denied(error: Unauthorized, what: str) -> PermissionDenied:
     """One line naming the role, the permission it lacks, on what, and where the grants are."""
     text = str(getattr(error, "message", "") or error)
@@ -121,6 +145,12 @@ def no_host_message(error: NoHostAvailable) -> str:
         return (
             f"TLS handshake with {host} failed ({reason}); does the node speak TLS on this"
             " port, and does it accept the client certificate?"
+        )
+    if never_sent(error):
+        return (
+            f"the driver's connection to {host} stayed overloaded ({text}): Cassandra took"
+            " requests more slowly than they were sent; send fewer or smaller requests at"
+            " once, or give the node more CPU"
         )
     hint = (
         "start a local node with 'bdq cassandra start' or point BDQ_CASSANDRA_HOSTS at your cluster"

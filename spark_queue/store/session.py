@@ -37,11 +37,12 @@ from cassandra.cluster import (
 from cassandra.concurrent import execute_concurrent
 from cassandra.policies import AddressTranslator, DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting, KeyspaceNotFound
 from spark_queue.store.binding import RowBinder, add_rows
-from spark_queue.store.driver_errors import translate_errors
+from spark_queue.store.driver_errors import never_sent, translate_errors
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,11 @@ class _QuietNegotiation(logging.Filter):
 
 
 logging.getLogger("cassandra.cluster").addFilter(_QuietNegotiation())
+
+#: First pause (seconds) before a request the driver refused unsent is offered
+#: again; it doubles up to ``RESEND_MAX_PAUSE``, for up to the request timeout.
+RESEND_FIRST_PAUSE = 0.005
+RESEND_MAX_PAUSE = 0.2
 
 #: Execution profile for serial (LWT-consistent) reads.
 SERIAL_READ = "bdq-serial-read"
@@ -182,8 +188,11 @@ class Store:
     ) -> ResultSet:
         """Execute a prepared statement; ``serial`` reads at the serial consistency."""
         profile = SERIAL_READ if serial else EXEC_PROFILE_DEFAULT
+        statement = self.prepare(cql)
         with translate_errors(what):
-            return self.session.execute(self.prepare(cql), params, execution_profile=profile)
+            return self._resending()(
+                self.session.execute, statement, params, execution_profile=profile
+            )
 
     def rows(
         self, cql: str, params: Params = (), *, what: str = "a query"
@@ -220,25 +229,62 @@ class Store:
     def execute_many(
         self, statements: Sequence[tuple[Any, Params]], *, what: str, concurrency: int = 32
     ) -> list[ResultSet]:
-        """Run statements concurrently with the driver's helper; fail on the first error.
+        """Run statements concurrently with the driver's helper; raise the first error.
 
         Each item is ``(statement, params)``, where the statement is CQL text to
-        prepare, a prepared statement or a batch.
+        prepare, a prepared statement or a batch. The results are in the
+        statements' order. A statement the driver refused before sending it
+        (``_resending``) is sent again; the others run once.
         """
         if not statements:
             return []
-        if len(statements) == 1:  # no need for the concurrent machinery
-            statement, params = statements[0]
-            if isinstance(statement, str):
-                statement = self.prepare(statement)
-            with translate_errors(what):
-                return [self.session.execute(statement, tuple(params))]
         resolved = [(self.prepare(s) if isinstance(s, str) else s, tuple(p)) for s, p in statements]
-        with translate_errors(what):
-            results = execute_concurrent(
-                self.session, resolved, concurrency=concurrency, raise_on_first_error=True
+        if len(resolved) == 1:  # no need for the concurrent machinery
+            with translate_errors(what):
+                return [self._resending()(self.session.execute, *resolved[0])]
+        results: list[Any] = [None] * len(resolved)
+        pending = list(range(len(resolved)))
+
+        def run_pending() -> None:
+            nonlocal pending
+            outcomes = execute_concurrent(
+                self.session,
+                [resolved[i] for i in pending],
+                concurrency=concurrency,
+                raise_on_first_error=False,
             )
-        return [result for _, result in results]
+            refused: list[tuple[int, BaseException]] = []
+            for i, (ok, result) in zip(pending, outcomes, strict=True):
+                if ok:
+                    results[i] = result
+                elif never_sent(result):
+                    refused.append((i, result))
+                else:
+                    raise result
+            if refused:
+                pending = [i for i, _ in refused]
+                raise refused[0][1]
+
+        with translate_errors(what):
+            self._resending()(run_pending)
+        return results
+
+    def _resending(self) -> Retrying:
+        """Calls repeated while the driver refuses their requests before sending them.
+
+        The driver refuses a request when its connection's socket buffer is
+        full (``ConnectionBusy``: the node reads requests more slowly than they
+        are sent) and tries the next host; on one node, that is the end. Such a
+        request never reached Cassandra, so it is offered again after a pause,
+        for up to the request timeout: a conditional update too. Any other
+        error is raised at once.
+        """
+        return Retrying(
+            retry=retry_if_exception(never_sent),
+            stop=stop_after_delay(self.settings.request_timeout),
+            wait=wait_exponential(multiplier=RESEND_FIRST_PAUSE, max=RESEND_MAX_PAUSE),
+            reraise=True,
+        )
 
     def execute_async(self, statement: Any, params: Params = (), *, what: str) -> ResponseFuture:
         """Start a statement without waiting; the caller adds callbacks to the driver's future.
