@@ -8,7 +8,7 @@ import pytest
 from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.errors import InvalidSetting, MessageTooLarge
 from spark_queue.spark.options import SinkOptions, connector_options
-from spark_queue.spark.sink import _Rows, _split, write_batches
+from spark_queue.spark.sink import CHUNK_ROWS, _Rows, _split, write_batches
 
 HEADERS = pa.map_(pa.string(), pa.string())
 
@@ -87,18 +87,20 @@ def test_keys_fill_chunks_in_order() -> None:
 def test_a_bad_row_after_a_full_chunk_fails_the_task_before_anything_is_sent(
     keyspace: ConnectionSettings, writer_id: str | None
 ) -> None:
-    # Given 1200 good rows and then one over the queue's size limit, in one task
+    # Given a chunk's worth of good rows and more, then one over the queue's size limit
     with QueueClient(settings=keyspace) as client:
         queue = client.create_queue("sink-rows", max_message_bytes=1024)
         options = {**connector_options(keyspace), "queue": "sink-rows"}
         if writer_id is not None:
             options["writerId"] = writer_id
-        good = pa.RecordBatch.from_pydict({"payload": [b"ok %d" % i for i in range(1200)]})
+        good = pa.RecordBatch.from_pydict(
+            {"payload": [b"ok %d" % i for i in range(CHUNK_ROWS + 200)]}
+        )
         bad = pa.RecordBatch.from_pydict({"payload": [b"x" * 2000]})
 
         # When the task writes them
-        with pytest.raises(MessageTooLarge, match=r"row 1201 of partition 0"):
+        with pytest.raises(MessageTooLarge, match=rf"row {CHUNK_ROWS + 201} of partition 0"):
             write_batches(SinkOptions.parse(options), iter([good, bad]), 1, writer_id or "run-1")
 
-        # Then nothing was sent: not the first chunk of 1000 either
+        # Then nothing was sent: not the first, full chunk either
         assert queue.stats(exact=True).total == 0

@@ -70,8 +70,10 @@ from spark_queue.spark.worker_handles import open_queue
 
 log = logging.getLogger(__name__)
 
-#: Rows per send: one id block and a few single-partition batches each.
-CHUNK_ROWS = 1000
+#: Rows per send: a few id blocks and single-partition batches each. Each send costs
+#: its conditional record and id reservations in sequence, so a task of 5,000 rows
+#: (a source partition's) staged in two sends instead of five: 139 ms against 179.
+CHUNK_ROWS = 2500
 
 _ACCEPTED: dict[str, tuple[type[DataType], ...]] = {
     "payload": (BinaryType, StringType),

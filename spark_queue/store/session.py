@@ -37,7 +37,13 @@ from cassandra.cluster import (
 from cassandra.concurrent import execute_concurrent
 from cassandra.policies import AddressTranslator, DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+from tenacity import (
+    Retrying,
+    before_sleep_log,
+    retry_if_exception,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting, KeyspaceNotFound
@@ -283,6 +289,7 @@ class Store:
             retry=retry_if_exception(never_sent),
             stop=stop_after_delay(self.settings.request_timeout),
             wait=wait_exponential(multiplier=RESEND_FIRST_PAUSE, max=RESEND_MAX_PAUSE),
+            before_sleep=before_sleep_log(log, logging.DEBUG),
             reraise=True,
         )
 
