@@ -61,8 +61,11 @@ DROP_PER_PASS = 64
 COUNT_BUDGET = 16
 #: Seconds a handle uses a queue's settings before reading them again (``update_queue``).
 SETTINGS_REFRESH = 2.0
-#: Seconds a consumer owns a lane unless it renews (it renews at a third of it).
+#: Seconds a consumer owns a lane unless it renews (it renews at a third of it), at
+#: most: a queue with a visibility timeout under 11 s shortens it (``lanes.lane_period``).
 LANE_PERIOD = 10.0
+#: The shortest lane period, whatever the visibility timeout: renewals at most one a second.
+LANE_PERIOD_MIN = 3.0
 #: Seconds a consumer with nothing to receive waits before looking for free lanes again;
 #: doubled after each fruitless look up to ``LANE_LOOK_PAUSE_MAX``.
 LANE_LOOK_PAUSE = 0.2

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spark_queue import (
     ConnectionSettings,
@@ -24,7 +26,8 @@ from spark_queue import (
     QueueClient,
 )
 from spark_queue.cli import main
-from spark_queue.engine.lanes import KEYLESS, free_lanes, lane_for, lane_of
+from spark_queue.defaults import LANE_PERIOD, LANE_PERIOD_MIN
+from spark_queue.engine.lanes import KEYLESS, free_lanes, lane_for, lane_of, lane_period
 from spark_queue.engine.ownership import ttl_of
 from spark_queue.errors import BackendUnavailable
 from spark_queue.message import Delivery, Message
@@ -39,6 +42,22 @@ cassandra = pytest.mark.cassandra
 both_stores = pytest.mark.both_stores
 
 # -- pure logic --------------------------------------------------------------------------
+
+
+@given(st.floats(min_value=0.1, max_value=86_400.0))
+def test_lane_rows_expire_no_later_than_a_lease_written_at_the_same_renewal(
+    timeout: float,
+) -> None:
+    period = lane_period(timeout)
+    assert LANE_PERIOD_MIN <= period <= LANE_PERIOD
+    if timeout >= LANE_PERIOD_MIN + 1:  # below, the renewals' floor wins
+        assert ttl_of(period) <= timeout
+    if timeout >= LANE_PERIOD + 1:
+        assert period == LANE_PERIOD  # long timeouts keep the usual period
+
+
+def test_the_lane_period_fits_the_usual_timeouts() -> None:
+    assert [lane_period(t) for t in (1.0, 4.0, 6.5, 10.0, 30.0)] == [3.0, 3.0, 5.0, 9.0, 10.0]
 
 
 def test_lane_of_a_key_is_its_crc32_modulo_the_lanes() -> None:

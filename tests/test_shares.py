@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from spark_queue import QueueClient
+from spark_queue.defaults import SETTINGS_REFRESH
 from spark_queue.engine.lanes import lane_of
 from spark_queue.engine.ownership import ttl_of
 from spark_queue.engine.shares import SHARE_IDS, SHARE_TAKE_MAX, runs, share_of, share_range
@@ -291,6 +292,50 @@ def test_a_stopped_consumers_keyless_messages_come_back_to_another(
     assert sorted(d.id for d in got) == ids
     assert time.monotonic() - stopped_at <= ttl_of(period) + 1.0 + 5.0  # slack: busy machine
     gone.close()
+
+
+@both_stores
+def test_a_killed_consumers_messages_come_back_within_the_visibility_timeout_plus_a_second(
+    backend: Backend, client: QueueClient
+) -> None:
+    # Given a consumer that leased keyless messages and stopped, at the queue's own period
+    timeout = 4.0
+    queue = client.create_queue("share-kill", lanes=8, visibility_timeout=timeout)
+    ids = queue.send_batch([str(i).encode() for i in range(10)])
+    gone = backend.client()
+    stopped = gone.queue("share-kill")
+    assert stopped.lanes.period == 3.0  # its rows expire 4 s after a renewal, as its leases do
+    first = stopped.receive(10)
+    stopped_at = time.monotonic()
+    assert first and stopped.shares.owned()
+
+    # When another consumer keeps receiving
+    got: list[Delivery] = []
+    while len(got) < len(ids) and time.monotonic() - stopped_at < 30:
+        batch = queue.receive(10, wait=0.2)
+        got.extend(batch)
+        queue.ack_batch([d.receipt for d in batch])
+    back_after = time.monotonic() - stopped_at
+
+    # Then they came back when their leases ran out, not a lane period (10 s) later
+    assert sorted(d.id for d in got) == ids
+    assert back_after <= timeout + 1.0 + 2.0, back_after  # slack: a look's pause, a busy machine
+    gone.close()
+
+
+@both_stores
+def test_the_period_of_a_handles_lanes_follows_the_queues_visibility_timeout(
+    client: QueueClient,
+) -> None:
+    queue = client.create_queue("share-period", lanes=8, visibility_timeout=10.0)
+    assert queue.lanes.period == 9.0  # rows gone 10 s after a renewal, as its leases
+    for timeout, period in ((30.0, 10.0), (6.0, 5.0)):
+        client.update_queue("share-period", visibility_timeout=timeout)
+        deadline = time.monotonic() + SETTINGS_REFRESH + 2.0
+        while queue.lanes.period != period and time.monotonic() < deadline:
+            queue.receive(1)  # a receive notices the change once it reads the settings again
+            time.sleep(0.2)
+        assert queue.lanes.period == period
 
 
 @both_stores

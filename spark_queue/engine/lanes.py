@@ -35,10 +35,14 @@ group at a time, in order. Here that unit is the **lane**.
   consumer receives only keyless messages (Kafka: consumers beyond the number
   of partitions idle; its share groups, like shares here, do not).
 * **Takeover.** An owner that stops renewing (crash, SIGKILL, lost network)
-  loses its lanes when their rows expire, at most ``ceil(LANE_PERIOD) + 1``
+  loses its lanes when their rows expire, at most ``ceil(period) + 1``
   seconds after its last renewal (the bound of ``ownership.py``); a closed
   client releases its lanes at once. Its in-flight deliveries come back when
-  their visibility timeout ends, as before.
+  their visibility timeout ends, as before. The period is ``LANE_PERIOD``,
+  shortened for a queue whose visibility timeout is shorter (``lane_period``)
+  so that the rows expire no later than the leases written at the last
+  renewal: the messages come back to a successor when they come due, not up
+  to a period later.
 
 The receive of an owner (``receiving.py``) leases with plain writes, only
 while its grant is surely held (``Grant.until``), since nobody else leases in
@@ -47,6 +51,7 @@ its lanes. This module is the pure logic and the owner's bookkeeping.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -55,7 +60,13 @@ import zlib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from spark_queue.defaults import LANE_LOOK_PAUSE, LANE_LOOK_PAUSE_MAX, LANE_PERIOD, LANE_TRIES
+from spark_queue.defaults import (
+    LANE_LOOK_PAUSE,
+    LANE_LOOK_PAUSE_MAX,
+    LANE_PERIOD,
+    LANE_PERIOD_MIN,
+    LANE_TRIES,
+)
 from spark_queue.engine.ownership import Ownership, check_period, new_owner
 from spark_queue.errors import InvalidMessage
 from spark_queue.store.owners import Key
@@ -116,6 +127,20 @@ class OwnedLane:
 
     until: float
     busy_at: float
+
+
+def lane_period(visibility_timeout: float) -> float:
+    """The lanes' (and shares') period for a queue's visibility timeout, in seconds.
+
+    ``LANE_PERIOD`` at most, and short enough that an owner's rows, which
+    expire ``ceil(period) + 1`` seconds after a renewal, are gone no later
+    than a lease written at that renewal runs out; never below
+    ``LANE_PERIOD_MIN``, so that a queue with a visibility timeout of a few
+    seconds still renews at most once a second. A receive that passes a
+    shorter timeout of its own keeps the queue's period.
+    """
+    fitting = math.floor(visibility_timeout) - 1
+    return float(max(LANE_PERIOD_MIN, min(LANE_PERIOD, fitting)))
 
 
 @dataclass

@@ -56,7 +56,7 @@ from spark_queue.engine.dead_letters import DeadLetters
 from spark_queue.engine.deliveries import delivery_of, fresh_lease, still_held
 from spark_queue.engine.drains import Drains
 from spark_queue.engine.head_look import HeadLook, KeylessLook
-from spark_queue.engine.lanes import KEYLESS, LaneOwner
+from spark_queue.engine.lanes import KEYLESS, LaneOwner, lane_period
 from spark_queue.engine.lease_memory import OwnLeases
 from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.engine.named_receive import BucketReceiver
@@ -135,7 +135,9 @@ class Receiver:
         self._settings = settings
         self.claims = Claims()
         self.own_leases = OwnLeases()
-        self.lanes = LaneOwner(buckets.store, buckets.queue_id, settings().lanes)  # fixed
+        self._lanes_timeout = timeout = settings().visibility_timeout  # the period fits it
+        lanes = settings().lanes  # fixed
+        self.lanes = LaneOwner(buckets.store, buckets.queue_id, lanes, lane_period(timeout))
         self.shares = ShareOwner(
             buckets.store, buckets.queue_id, buckets.bucket_size, lambda: self.lanes.period
         )
@@ -178,6 +180,9 @@ class Receiver:
     def _receive_lanes(self, count: int, timeout_ms: int, hint: int) -> list[Delivery]:
         """A plain consumer's receive: its lanes and shares, with plain leases (module doc)."""
         lanes, shares, now, clock = self.lanes, self.shares, now_ms(), time.monotonic()
+        timeout = self._settings().visibility_timeout
+        if timeout != self._lanes_timeout:  # update_queue changed it: renewals follow
+            self._lanes_timeout, lanes.period = timeout, lane_period(timeout)
         look = HeadLook(self._buckets, self._bounds, now)
         lanes.keep(look.busy_lanes)
         shares.keep()
