@@ -27,11 +27,14 @@ from spark_queue import (
 )
 from spark_queue.cli import main
 from spark_queue.defaults import LANE_PERIOD, LANE_PERIOD_MIN
+from spark_queue.engine.bounds import Bounds
+from spark_queue.engine.head_look import HeadLook
 from spark_queue.engine.lanes import KEYLESS, free_lanes, lane_for, lane_of, lane_period
 from spark_queue.engine.ownership import ttl_of
 from spark_queue.errors import BackendUnavailable
 from spark_queue.message import Delivery, Message
 from spark_queue.queue import Queue
+from spark_queue.store.message_values import LeaseWrite, now_ms
 from spark_queue.store.owners import OwnerTable
 from spark_queue.store.session import Store
 
@@ -382,3 +385,50 @@ def test_cli_creates_a_queue_of_lanes_and_sends_by_key(
 
     assert client.queue("cli-lanes").settings.lanes == 4
     assert set(stored_lanes(client, "cli-lanes").values()) == {lane_of("user-9", 4)}
+
+
+@both_stores
+def test_a_look_reads_a_bucket_in_flight_once_and_passes_over_it_until_its_leases_end(
+    client: QueueClient,
+) -> None:
+    # Given a first bucket whose messages another consumer holds, and a second one visible
+    queue = client.create_queue("look-in-flight", lanes=4, bucket_size=5, visibility_timeout=30)
+    queue.send_batch([b"%d" % i for i in range(10)], key=[f"k{i}" for i in range(10)])
+    held = queue.buckets.scan_candidates(0, now_ms(), 5)
+    assert [m.id for m in held] == [0, 1, 2, 3, 4]
+    until = now_ms() + 30_000
+    queue.buckets.write_leases(
+        [LeaseWrite(0, m.id, 9, until, 1, m.expires_at) for m in held], now_ms()
+    )
+    reads: list[int] = []  # the bucket of each statement on the queue's messages
+    store = queue.buckets.store
+    execute, execute_many = store.execute, store.execute_many
+
+    def note(cql: Any, params: Any) -> None:
+        if "messages" in str(getattr(cql, "query_string", cql)) and len(params) > 1:
+            reads.append(params[1])
+
+    def counting(cql: str, params: Any = (), **kw: Any) -> Any:
+        note(cql, params)
+        return execute(cql, params, **kw)
+
+    def counting_many(statements: Any, **kw: Any) -> Any:
+        for cql, params in statements:
+            note(cql, params)
+        return execute_many(statements, **kw)
+
+    # When a look walks the head buckets for lanes
+    bounds = Bounds(queue.buckets)
+    bounds.refresh()
+    now = now_ms()
+    look = HeadLook(queue.buckets, bounds, now)
+    store.execute, store.execute_many = counting, counting_many  # type: ignore[method-assign]
+    try:
+        busy = look.busy_lanes(set())
+    finally:
+        del store.execute, store.execute_many
+
+    # Then the bucket in flight was read once, with the second, and is skipped from now on
+    assert busy and set(busy) <= {lane_for(f"k{i}", 4) for i in range(5, 10)}
+    assert reads == [0, 1]
+    assert bounds.skipped(0, now + 500) and not bounds.skipped(0, now + 1500)  # IDLE_RECHECK

@@ -26,7 +26,7 @@ from spark_queue.store.buckets import Buckets, visible_sizes
 from spark_queue.store.counts import BucketCounts
 from spark_queue.store.ids import IdBlocks
 from spark_queue.store.journal import Journal, JournalEntry
-from spark_queue.store.lane_scans import busy_lanes, lane_visible_at, scan_lane
+from spark_queue.store.lane_scans import busy_lanes, head_rows, lane_visible_at, scan_lane
 from spark_queue.store.memory import MemoryStore
 from spark_queue.store.message_values import LeaseCheck, LeaseWrite, NewMessage, now_ms
 from spark_queue.store.owners import OwnerTable
@@ -257,6 +257,19 @@ def test_lane_scans_filter_one_lane_in_id_order(store: Store) -> None:
     assert [m.id for m in scan_lane(buckets, 0, 0, 1, now, 2)] == [0, 1]  # one lane: no filter
     assert busy_lanes(buckets, 0, now) == [0, 1, 2]
     assert sorted(lane_visible_at(buckets, 0, 1)) == [now, now, now + 60_000]
+
+
+def test_head_rows_give_the_visible_lanes_and_when_the_next_message_is_due(store: Store) -> None:
+    _, _, buckets = new_queue(store, bucket_size=20)
+    now = now_ms()
+    buckets.insert([message(i, now, lane=i % 3, delay=60_000 * (i == 4)) for i in range(6)], now)
+    buckets.write_leases([lease(0, 1, 7, now), lease(0, 2, 7, now)], now)  # due at now + 60 s
+    acks.write_plain(buckets, [check(0, 5, 0, now)], now)  # acked: not counted at all
+
+    assert head_rows(buckets, 0, now) == ([(0, 0), (3, 0)], now + 60_000)
+    buckets.write_leases([lease(0, 0, 7, now), lease(0, 3, 7, now + 1000)], now)
+    assert head_rows(buckets, 0, now) == ([], now + 60_000)  # in flight or delayed
+    assert head_rows(buckets, 1, now) == ([], None)  # no message at all
 
 
 # -- owners, journal, send log, counts ---------------------------------------------------------

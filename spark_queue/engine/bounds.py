@@ -112,7 +112,17 @@ class Bounds:
                 if bucket in leased_here:
                     self._skip_until[bucket] = recheck
         full = [b for b in full if b not in leased_here]
-        next_visible = self._buckets.next_visible_many(full)
+        self._skip(full, self._buckets.next_visible_many(full), recheck)
+
+    def note_idle_until(self, bucket: int, now: int, first: int | None) -> None:
+        """``note_idle``, given when the bucket's first unacked message becomes visible (no read).
+
+        ``first`` (ms; None: no unacked message) from a read the caller made anyway.
+        """
+        if (bucket + 1) * self._buckets.bucket_size <= self.tail:  # not the tail bucket
+            self._skip([bucket], [first], now + int(IDLE_RECHECK * 1000))
+
+    def _skip(self, buckets: Sequence[int], firsts: Sequence[int | None], recheck: int) -> None:
         with self._lock:
-            for bucket, first in zip(full, next_visible, strict=True):
+            for bucket, first in zip(buckets, firsts, strict=True):
                 self._skip_until[bucket] = recheck if first is None else min(recheck, first)

@@ -4,10 +4,11 @@ A consumer whose lanes and shares come up short looks for more work: free
 lanes with visible keyed messages (``lanes.py``) and free shares with visible
 keyless ones (``shares.py``).
 
-* **Lanes** (``HeadLook``): one read per head bucket of the id and lane
-  columns of its visible rows (no payloads), made at most once per receive.
-  Buckets without a visible message are noted idle and passed over, not
-  counted.
+* **Lanes** (``HeadLook``): one read per head bucket of the id, lane and
+  visibility columns of its unacked rows (no payloads), made at most once per
+  receive. Buckets without a visible message are noted idle until their first
+  lease or delay ends (at most ``IDLE_RECHECK``), known from the same read,
+  and passed over, not counted.
 * **Shares** (``KeylessLook``): the ids alone of visible keyless messages: a
   page of ``KEYLESS_PAGE`` ids (or the take's size) from the bucket's
   **keyless floor**, then, while the free shares found fall short of the
@@ -32,7 +33,7 @@ from spark_queue.defaults import IDLE_RECHECK, LANE_LOOK_BUCKETS
 from spark_queue.engine.bounds import Bounds
 from spark_queue.engine.lanes import KEYLESS
 from spark_queue.store.buckets import Buckets
-from spark_queue.store.lane_scans import visible_ids, visible_lanes
+from spark_queue.store.lane_scans import head_rows, visible_ids
 
 #: Ids of visible keyless messages a look reads per page, at least.
 KEYLESS_PAGE = 128
@@ -66,10 +67,11 @@ class HeadLook:
             if not self._bounds.skipped(bucket, self._now):
                 rows = self._read.get(bucket)
                 if rows is None:
-                    rows = self._read[bucket] = visible_lanes(self._buckets, bucket, self._now)
-                if not rows:  # nothing visible in any lane: skip it, and it does not count
-                    self._bounds.note_idle(bucket, self._now)
-                else:
+                    rows, first = head_rows(self._buckets, bucket, self._now)
+                    self._read[bucket] = rows
+                    if not rows:  # nothing visible in any lane: skip it, and it does not count
+                        self._bounds.note_idle_until(bucket, self._now, first)
+                if rows:
                     read += 1
                     yield bucket, rows
             bucket += 1

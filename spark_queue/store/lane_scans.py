@@ -32,6 +32,10 @@ BUSY_LANES = (
     "SELECT id, lane FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
     " AND acked = false AND visible_at <= ? LIMIT ? ALLOW FILTERING"
 )
+HEAD_ROWS = (
+    "SELECT id, lane, toUnixTimestamp(visible_at) FROM {ks}.messages WHERE queue_id = ?"
+    " AND bucket = ? AND acked = false LIMIT ? ALLOW FILTERING"
+)
 SCAN_RANGE = (
     f"SELECT {MESSAGE_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ?"
     " AND id >= ? AND id < ? AND lane = ? AND acked = false AND visible_at <= ? LIMIT ?"
@@ -87,6 +91,22 @@ def visible_lanes(buckets: Buckets, bucket: int, now: int) -> list[tuple[int, in
         BUSY_LANES, (buckets.queue_id, bucket, now, buckets.bucket_size), what="looking for lanes"
     )
     return [(row[0], row[1] or 0) for row in rows]
+
+
+def head_rows(buckets: Buckets, bucket: int, now: int) -> tuple[list[tuple[int, int]], int | None]:
+    """What a look for lanes needs of ``bucket``, in one read of its unacked rows (no payloads).
+
+    Returns ``(id, lane)`` of each message visible at ``now``, in id order
+    (``visible_lanes``), and when the first of the others becomes visible (ms;
+    None: no unacked message), which ``Buckets.next_visible_many`` would read
+    with a second scan of the bucket when none is visible.
+    """
+    rows = buckets.store.rows(
+        HEAD_ROWS, (buckets.queue_id, bucket, buckets.bucket_size), what="looking for lanes"
+    )
+    visible = [(row[0], row[1] or 0) for row in rows if row[2] is not None and row[2] <= now]
+    later = [row[2] for row in rows if row[2] is not None and row[2] > now]
+    return visible, min(later, default=None)
 
 
 def visible_ids(
