@@ -45,7 +45,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
 
 from spark_queue.config import QueueSettings
@@ -259,7 +259,7 @@ class Receiver:
         # id and go in one statement per bucket (binding a batch row per message
         # costs more, in Python, than the write). Plain: nobody else leases here.
         token = new_lease()
-        writes = [replace(fresh_lease(m, timeout_ms, now), lease=token) for m in live]
+        writes = [fresh_lease(m, timeout_ms, now, token) for m in live]
         self._buckets.write_leases_shared(writes, now)
         held = still_held(self._buckets, writes)  # a redelivery's late ack (deliveries.py)
         won = [(m, w) for m, w, ok in zip(live, writes, held, strict=True) if ok]
