@@ -246,7 +246,9 @@ class Store:
         Each item is ``(statement, params)``, where the statement is CQL text to
         prepare, a prepared statement or a batch. The results are in the
         statements' order. A statement the driver refused before sending it
-        (``_resent``) is sent again; the others run once.
+        (``_resent``) is sent again; the others run once. Every statement is
+        started, and the first error (in the statements' order) is raised once
+        all have answered: the refused ones must be told from the rest.
         """
         if not statements:
             return []
