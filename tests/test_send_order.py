@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_queue import QueueClient, SparkQueueError
+from spark_queue.engine import send_order, staging
 from spark_queue.engine.send_order import arrange, row_digest
 from spark_queue.engine.sending import Outgoing
 from spark_queue.engine.staging import Staged
@@ -79,6 +80,16 @@ def test_the_digest_covers_payload_headers_delay_and_lane() -> None:
     )
 
 
+def test_the_digest_covers_the_key_and_keeps_a_keyless_messages_digest() -> None:
+    keyed = [Outgoing(b"p", {}, 0, 0, key) for key in ("a", "b", "")]
+    assert len({row_digest(o) for o in keyed}) == 3
+    keyless = Outgoing(b"p", {}, 0, 0)
+    assert row_digest(keyless) == row_digest(keyless, with_key=False)  # as older versions
+    assert row_digest(keyed[0], with_key=False) == row_digest(keyless)
+    # A key is no header: a key "k" and a header that spells the same bytes differ
+    assert row_digest(Outgoing(b"p", {"k": ""}, 0, 0)) != row_digest(keyed[0])
+
+
 def mapping(staged: list[Staged], rows: dict[int, bytes]) -> dict[int, bytes]:
     """id -> payload, from what ``stage_part`` returned and the payload of each staged id."""
     return {i: rows[i] for s in staged for i in s.ids}
@@ -109,6 +120,46 @@ def test_a_retry_with_the_rows_permuted_keeps_each_message_under_its_first_id(
     got = queue.receive(100)
     assert sorted(d.payload for d in got) == sorted(payloads)
     assert {d.payload: d.id for d in got} == first_ids
+
+
+@both_stores
+def test_a_retry_keeps_each_key_under_its_first_id_when_the_payloads_are_alike(
+    client: QueueClient,
+) -> None:
+    # Given a first attempt that staged six like payloads under six keys of one lane
+    queue = client.create_queue("alike", visibility_timeout=30, lanes=1)
+    rows = [Outgoing(b"same", {}, 0, 0, f"k{i}") for i in range(6)]
+    (first,) = queue.staging.stage_part("w", 1, 0, rows, 10)
+    first_ids = {o.key: i for o, i in zip(rows, first.ids, strict=True)}
+
+    # When a retry gets them in the reverse order, and publishes
+    again = queue.staging.stage_part("w", 1, 0, rows[::-1], 10)
+    queue.staging.publish(again)
+
+    # Then each key is under the id its first attempt gave it
+    assert {d.key: d.id for d in queue.receive(10)} == first_ids
+
+
+@both_stores
+def test_a_retry_lays_out_keyed_rows_recorded_before_keys_were_digested(
+    client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a first attempt of an older version, whose digests left the keys out
+    queue = client.create_queue("older-digests", visibility_timeout=30, lanes=1)
+    rows = [Outgoing(b"m%d" % i, {}, 0, 0, f"k{i}") for i in range(6)]
+    current = send_order.row_digest
+    with monkeypatch.context() as older:
+        older.setattr(send_order, "row_digest", lambda m, with_key=True: current(m, with_key=False))
+        older.setattr(staging, "row_digest", lambda m, with_key=True: current(m, with_key=False))
+        (first,) = queue.staging.stage_part("w", 1, 0, rows, 10)
+
+    # When this version retries it with the rows in the reverse order
+    again = queue.staging.stage_part("w", 1, 0, rows[::-1], 10)
+    queue.staging.publish(again)
+
+    # Then it is not refused, and each message is under its first id
+    first_ids = {o.payload: i for o, i in zip(rows, first.ids, strict=True)}
+    assert {d.payload: d.id for d in queue.receive(10)} == first_ids
 
 
 @both_stores

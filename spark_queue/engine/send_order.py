@@ -30,8 +30,13 @@ from spark_queue.errors import SparkQueueError
 from spark_queue.store.send_log import DIGEST_BYTES
 
 
-def row_digest(message: Outgoing) -> bytes:
-    """A digest of everything a message carries: payload, headers, delay and lane."""
+def row_digest(message: Outgoing, *, with_key: bool = True) -> bytes:
+    """A digest of everything a message carries: payload, headers, delay, lane and key.
+
+    A keyless message's digest is what versions before keys were digested
+    recorded; ``with_key=False`` gives that older digest of a keyed one
+    (``digests_for``).
+    """
     h = hashlib.blake2b(digest_size=DIGEST_BYTES)
     h.update(struct.pack(">qqi", len(message.payload), message.delay_ms, message.lane))
     h.update(message.payload)
@@ -40,7 +45,35 @@ def row_digest(message: Outgoing) -> bytes:
             data = text.encode("utf-8")
             h.update(struct.pack(">i", len(data)))
             h.update(data)
+    if with_key and message.key is not None:
+        data = message.key.encode("utf-8")
+        h.update(struct.pack(">i", -1 - len(data)))  # no header's length: no collision
+        h.update(data)
     return h.digest()
+
+
+def digests_for(
+    messages: Sequence[Outgoing], recorded: Mapping[int, Sequence[bytes] | None], size: int
+) -> list[bytes]:
+    """Each message's ``row_digest``, of the kind the part's records hold.
+
+    Records made before keys were digested hold digests without them: when the
+    rows' digests do not lay out by those records and the older ones do, the
+    older ones are used (and recorded for the part's new chunks too).
+    """
+    digests = [row_digest(m) for m in messages]
+    if not any(m.key is not None for m in messages) or not any(recorded.values()):
+        return digests
+    try:
+        arrange(digests, recorded, size)
+    except SparkQueueError:
+        older = [row_digest(m, with_key=False) for m in messages]
+        try:
+            arrange(older, recorded, size)
+        except SparkQueueError:
+            return digests  # neither: the caller's arrange raises with the current ones
+        return older
+    return digests
 
 
 def arrange(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from spark_queue.config import QueueSettings
 from spark_queue.engine import counters
-from spark_queue.engine.send_order import arrange, row_digest
+from spark_queue.engine.send_order import arrange, digests_for, row_digest
 from spark_queue.engine.sending import Outgoing, Sender
 from spark_queue.errors import SparkQueueError
 from spark_queue.store.buckets import Buckets
@@ -124,9 +124,10 @@ class Staging:
         another order puts each under the id its first attempt recorded for it
         (``send_order.py``).
         """
-        digests = [row_digest(o) for o in outgoing]
         records = self._log.records_of_part(writer, step, part)
-        plan = arrange(digests, {n: r.digests for n, r in records.items()}, size)
+        recorded = {n: r.digests for n, r in records.items()}
+        digests = digests_for(outgoing, recorded, size)
+        plan = arrange(digests, recorded, size)
         return [
             self.stage(
                 (writer, step, part, number),
@@ -186,6 +187,8 @@ class Staging:
                 f" {len(record.ids)} when first sent; a repeated send must carry the same"
                 " messages (is the input deterministic?)"
             )
+        if record.digests is not None and list(record.digests) != list(digests):
+            digests = digests_for(outgoing, {0: record.digests}, len(outgoing))  # older kind?
         if record.digests is None or list(record.digests) == list(digests):
             return list(outgoing)  # as recorded (or recorded before digests were kept)
         try:  # the same messages in another order: put each where the record has it
