@@ -259,6 +259,21 @@ def test_lane_scans_filter_one_lane_in_id_order(store: Store) -> None:
     assert sorted(lane_visible_at(buckets, 0, 1)) == [now, now, now + 60_000]
 
 
+def test_a_message_row_binds_headers_and_key_only_when_it_has_them(store: Store) -> None:
+    _, _, buckets = new_queue(store, bucket_size=20)
+    now = now_ms()
+    bare = NewMessage(0, b"p", {}, now, now, now + HOUR)
+    full = NewMessage(1, b"q", {"h": "v"}, now, now, now + HOUR, lane=2, key="k")
+    for m, named in ((bare, set()), (full, {"headers", "key"})):
+        cql, params = buckets._insert_row(m, now, None)
+        # no null bound: Cassandra would store one as a tombstone in the row
+        assert {c for c in ("headers", "key") if f" {c}," in cql} == named
+        assert cql.count("?") == len(params) and None not in params
+    buckets.insert([bare, full], now)
+    got = {m.id: (m.headers, m.key, m.lane) for m in buckets.scan_visible(0, now, 10)}
+    assert got == {0: ({}, None, 0), 1: ({"h": "v"}, "k", 2)}
+
+
 def test_head_rows_give_the_visible_lanes_and_when_the_next_message_is_due(store: Store) -> None:
     _, _, buckets = new_queue(store, bucket_size=20)
     now = now_ms()

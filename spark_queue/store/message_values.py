@@ -4,11 +4,13 @@ Every stored time is an integer number of milliseconds since the epoch
 (``now_ms``); a row's Cassandra TTL is the whole seconds left until its
 ``expires_at`` (``ttl_left``). ``MESSAGE_COLUMNS`` is the select list of a whole
 message row and ``stored_message`` reads such a row, for every scan of messages
-(``buckets.py``, ``lane_scans.py``).
+(``buckets.py``, ``lane_scans.py``); ``insert_cql`` is the INSERT that writes one
+(``message_writes.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -125,4 +127,40 @@ def stored_message(row: Sequence[Any], bucket: int) -> StoredMessage | None:
         acked=bool(row[_ACKED]) if len(row) > _ACKED else False,
         key=row[8],
         lane=row[9] or 0,
+    )
+
+
+#: The columns a message INSERT may bind, in order; ``headers`` and ``key`` only
+#: when the message has them (``insert_cql``).
+INSERT_COLUMNS = (
+    "queue_id",
+    "bucket",
+    "id",
+    "payload",
+    "headers",
+    "enqueued_at",
+    "visible_at",
+    "expires_at",
+    "payload_bytes",
+    "lane",
+    "key",
+)
+
+
+@functools.cache
+def insert_cql(*, headers: bool, keyed: bool, timed: bool) -> str:
+    """The INSERT of a message with or without headers and key, at a chosen timestamp or not.
+
+    A message without headers leaves the column out rather than bind a null, and
+    a keyless one leaves ``key`` out: a null would be written as a tombstone in
+    every such row (for the ``headers`` map, a collection deletion), which each
+    later read of the row must process. No message's id is written twice with
+    other contents (ids are reserved once), so an absent column hides nothing.
+    ``timed``: at a write timestamp the caller chose (a send-once's, ``engine/sending.py``).
+    """
+    columns = [c for c in INSERT_COLUMNS if (c != "headers" or headers) and (c != "key" or keyed)]
+    using = "USING TTL ? AND TIMESTAMP ?" if timed else "USING TTL ?"
+    return (
+        f"INSERT INTO {{ks}}.messages ({', '.join(columns)}, delivery_count, lease, acked)"
+        f" VALUES ({', '.join('?' for _ in columns)}, 0, 0, false) {using}"
     )

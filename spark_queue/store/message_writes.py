@@ -18,7 +18,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from spark_queue.store.message_values import LeaseCheck, LeaseWrite, NewMessage, ttl_left
+from spark_queue.store.message_values import (
+    LeaseCheck,
+    LeaseWrite,
+    NewMessage,
+    insert_cql,
+    ttl_left,
+)
 from spark_queue.store.session import Params, Store
 
 #: One row's write: its statement and its values.
@@ -31,22 +37,6 @@ BATCH_BYTES = 4 * 1024 * 1024
 # Conditional-ack rounds on one bucket before giving up on a contended batch.
 ACK_ROUNDS = 8
 
-INSERT = (
-    "INSERT INTO {ks}.messages (queue_id, bucket, id, payload, headers, enqueued_at, visible_at,"
-    " expires_at, delivery_count, lease, acked, payload_bytes, lane)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, false, ?, ?) USING TTL ?"
-)
-# A keyed message's: a keyless one leaves ``key`` out rather than bind a null,
-# which Cassandra would write as a tombstone cell in every keyless row.
-INSERT_KEYED = INSERT.replace("lane)", "lane, key)").replace("?, ?) USING", "?, ?, ?) USING")
-# Both at a write timestamp the caller chose (a send-once's: see ``sending.py``),
-# by (keyed, timed).
-_INSERTS = {
-    (False, False): INSERT,
-    (True, False): INSERT_KEYED,
-    (False, True): INSERT + " AND TIMESTAMP ?",
-    (True, True): INSERT_KEYED + " AND TIMESTAMP ?",
-}
 LEASE = (
     "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?, delivery_count = ?"
     " WHERE queue_id = ? AND bucket = ? AND id = ?"
@@ -137,7 +127,8 @@ class MessageWrites:
         return self._statement_of([self._insert_row(m, now, timestamp) for m in messages])
 
     def _insert_row(self, m: NewMessage, now: int, timestamp: int | None) -> Row:
-        """The INSERT of ``m`` and its values (``key`` only when it has one)."""
+        """The INSERT of ``m`` and its values (``headers`` and ``key`` only when it has them)."""
+        headers = (dict(m.headers),) if m.headers else ()
         key = () if m.key is None else (m.key,)
         at = () if timestamp is None else (timestamp,)
         params = (
@@ -145,7 +136,7 @@ class MessageWrites:
             self.bucket_of(m.id),
             m.id,
             m.payload,
-            dict(m.headers) or None,
+            *headers,
             m.enqueued_at,
             m.visible_at,
             m.expires_at,
@@ -155,7 +146,8 @@ class MessageWrites:
             ttl_left(m.expires_at, now),
             *at,
         )
-        return _INSERTS[(m.key is not None, timestamp is not None)], params
+        cql = insert_cql(headers=bool(headers), keyed=bool(key), timed=bool(at))
+        return cql, params
 
     def write_leases(self, leases: Sequence[LeaseWrite], now: int) -> None:
         """Write delivery leases; last writer wins (Cassandra's timestamps pick one)."""
