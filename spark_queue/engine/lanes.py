@@ -138,6 +138,12 @@ def lane_period(visibility_timeout: float) -> float:
     ``LANE_PERIOD_MIN``, so that a queue with a visibility timeout of a few
     seconds still renews at most once a second. A receive that passes a
     shorter timeout of its own keeps the queue's period.
+
+    Two clocks meet here: the rows expire by the node's, the leases end by
+    the receiver's (``visible_at`` is its now plus the timeout). Under skew a
+    successor takes over that much earlier or later, nothing more: a lane
+    taken before the leases in it end hands out nothing early, as its
+    messages stay invisible until then.
     """
     fitting = math.floor(visibility_timeout) - 1
     return float(max(LANE_PERIOD_MIN, min(LANE_PERIOD, fitting)))
