@@ -361,7 +361,7 @@ def test_the_newest_write_timestamp_wins_whatever_the_order_of_arrival(store: St
     now = now_ms()
     stamp = now * 1000
     buckets.insert([message(1, now, delay=HOUR - 1)], now, timestamp=stamp)
-    buckets.write_leases_shared([lease(0, 1, 0, now - 60_000)], now, timestamp=stamp + 1)
+    buckets.release_shared([lease(0, 1, 0, now - 60_000)], now, timestamp=stamp + 1)
     buckets.insert([message(1, now, delay=HOUR - 1)], now, timestamp=stamp)  # arrives last, older
 
     assert [m.id for m in buckets.scan_visible(0, now, 10)] == [1]
@@ -376,6 +376,26 @@ def test_the_newest_write_timestamp_wins_whatever_the_order_of_arrival(store: St
     buckets.drop([0])
     buckets.insert([message(2, now)], now, timestamp=stamp)
     assert buckets.scan_visible(0, now, 10) == []
+
+
+def test_a_release_moves_only_visible_at_and_loses_to_a_later_lease(store: Store) -> None:
+    _, _, buckets = new_queue(store)
+    now = now_ms()
+    stamp = now * 1000
+    buckets.insert([message(i, now, delay=HOUR - 1) for i in (1, 2, 3)], now, timestamp=stamp)
+    assert buckets.scan_visible(0, now, 10) == []
+    release = [LeaseWrite(0, i, 9, now - 1, 9, now + HOUR) for i in (1, 2)]
+    buckets.release_shared(release, now, timestamp=stamp + 1)
+
+    visible = buckets.scan_visible(0, now, 10)
+    assert [m.id for m in visible] == [1, 2]
+    # lease and count stay the insert's: a release writes no lease
+    assert [(m.lease, m.delivery_count, m.visible_at) for m in visible] == [(0, 0, now - 1)] * 2
+    # a consumer's lease (at the driver's clock) holds against a release repeated after it
+    buckets.write_leases([lease(0, 1, 7, now)], now)
+    buckets.release_shared(release, now, timestamp=stamp + 1)
+    assert [m.id for m in buckets.scan_visible(0, now, 10)] == [2]
+    assert buckets.leases_of([(0, 1)]) == {(0, 1): (7, False)}
 
 
 def test_bucket_counts_are_scanned_written_and_read_by_range(store: Store) -> None:

@@ -11,7 +11,8 @@ that write:
   attempts running at once (a speculative task, a zombie) agree on one set of
   ids and on one time ``T``: the first attempt's clock.
 - Every attempt writes the invisible rows at write timestamp ``T`` and the
-  release at ``T + 1`` (microseconds), whatever its own clock says. The
+  release (their ``visible_at`` alone) at ``T + 1`` (microseconds), whatever
+  its own clock says. The
   release therefore wins over any invisible copy, however late that copy
   arrives, and a repeated release loses to a consumer's lease or ack written
   after the first: nothing a consumer holds is reset.
@@ -217,7 +218,7 @@ class Staging:
                 for i, d in zip(s.ids, s.delays_ms, strict=True)
             )
         for stamp, writes in by_stamp.items():
-            self._buckets.write_leases_shared(writes, now, timestamp=stamp + 1)
+            self._buckets.release_shared(writes, now, timestamp=stamp + 1)
         for s in todo:
             if s.replaced:  # only once the copies that replace them are visible
                 self._sender.retire(s.replaced, s.written_at, timestamp=s.stamp + 2)

@@ -13,9 +13,10 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 #: The columns of a whole message, in the order ``stored_message`` reads them.
 #: ``key`` rides with the payload: the scans that avoid payloads (``Candidate``,
@@ -164,3 +165,36 @@ def insert_cql(*, headers: bool, keyed: bool, timed: bool) -> str:
         f"INSERT INTO {{ks}}.messages ({', '.join(columns)}, delivery_count, lease, acked)"
         f" VALUES ({', '.join('?' for _ in columns)}, 0, 0, false) {using}"
     )
+
+
+class Targeted(Protocol):
+    """A write to one message: its place and its expiry."""
+
+    @property
+    def bucket(self) -> int: ...
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def expires_at(self) -> int: ...
+
+
+W = TypeVar("W", bound=Targeted)
+
+
+def by_shared_values(
+    writes: Sequence[W], now: int, shared: Callable[[W], tuple[int, ...]], limit: int
+) -> list[tuple[tuple[int, ...], list[int]]]:
+    """``writes`` grouped by bucket, ``shared`` values and TTL, at most ``limit`` ids each.
+
+    Each group is ``((bucket, *shared, ttl), ids)``: one ``UPDATE ... WHERE id IN``.
+    """
+    groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for w in writes:
+        groups[(w.bucket, *shared(w), ttl_left(w.expires_at, now))].append(w.id)
+    return [
+        (values, ids[i : i + limit])
+        for values, ids in groups.items()
+        for i in range(0, len(ids), limit)
+    ]

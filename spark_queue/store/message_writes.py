@@ -22,6 +22,7 @@ from spark_queue.store.message_values import (
     LeaseCheck,
     LeaseWrite,
     NewMessage,
+    by_shared_values,
     insert_cql,
     ttl_left,
 )
@@ -77,7 +78,12 @@ LEASE_IN = (
     "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?, delivery_count = ?"
     " WHERE queue_id = ? AND bucket = ? AND id IN ?"
 )
-LEASE_IN_AT = LEASE_IN.replace("USING TTL ?", "USING TTL ? AND TIMESTAMP ?")
+# A send-once's release: only `visible_at` moves; the staged rows' lease and count
+# (0, written with them) stand.
+RELEASE_IN_AT = (
+    "UPDATE {ks}.messages USING TTL ? AND TIMESTAMP ? SET visible_at = ?"
+    " WHERE queue_id = ? AND bucket = ? AND id IN ?"
+)
 ACK_IN = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true"
     " WHERE queue_id = ? AND bucket = ? AND id IN ?"
@@ -414,40 +420,39 @@ class MessageWrites:
             if (bucket, row[0]) in wanted
         }
 
-    def write_leases_shared(
-        self, leases: Sequence[LeaseWrite], now: int, *, timestamp: int | None = None
-    ) -> None:
+    def write_leases_shared(self, leases: Sequence[LeaseWrite], now: int) -> None:
         """Like ``write_leases``, one statement per bucket and shared values instead of a row each.
 
         Leases that agree on everything but the id (one lease token for the
-        messages of one receive in a bucket, or the 0 of a release) go in one
-        ``UPDATE ... WHERE id IN``: Cassandra applies it as one mutation of the
-        partition, and the client binds one statement instead of a batch row
-        per message (the binding, in Python, cost more than the write).
+        messages of one receive in a bucket) go in one ``UPDATE ... WHERE id
+        IN``: Cassandra applies it as one mutation of the partition, and the
+        client binds one statement instead of a batch row per message (the
+        binding, in Python, cost more than the write).
         """
-        groups: dict[tuple[int, int, int, int, int], list[int]] = defaultdict(list)
-        for w in leases:
-            ttl = ttl_left(w.expires_at, now)
-            groups[(w.bucket, w.lease, w.visible_at, w.delivery_count, ttl)].append(w.id)
-        at = () if timestamp is None else (timestamp,)
         statements = [
-            (
-                LEASE_IN if timestamp is None else LEASE_IN_AT,
-                (
-                    ttl,
-                    *at,
-                    lease,
-                    visible_at,
-                    count,
-                    self.queue_id,
-                    bucket,
-                    ids[i : i + BATCH_ROWS],
-                ),
+            (LEASE_IN, (ttl, lease, visible_at, count, self.queue_id, bucket, ids))
+            for (bucket, lease, visible_at, count, ttl), ids in by_shared_values(
+                leases, now, lambda w: (w.lease, w.visible_at, w.delivery_count), BATCH_ROWS
             )
-            for (bucket, lease, visible_at, count, ttl), ids in groups.items()
-            for i in range(0, len(ids), BATCH_ROWS)
         ]
         self.store.execute_many(statements, what="leasing received messages")
+
+    def release_shared(self, releases: Sequence[LeaseWrite], now: int, *, timestamp: int) -> None:
+        """Make staged rows visible at each release's ``visible_at``, written at ``timestamp``.
+
+        A send-once's publish (``engine/staging.py``): the rows were written
+        invisible with lease and delivery count 0, which no consumer can have
+        changed while they were invisible, so only ``visible_at`` is written,
+        one ``UPDATE ... WHERE id IN`` per bucket, delay and TTL: a cell per
+        message where a whole lease wrote three.
+        """
+        statements = [
+            (RELEASE_IN_AT, (ttl, timestamp, visible_at, self.queue_id, bucket, ids))
+            for (bucket, visible_at, ttl), ids in by_shared_values(
+                releases, now, lambda w: (w.visible_at,), BATCH_ROWS
+            )
+        ]
+        self.store.execute_many(statements, what="publishing staged messages")
 
     # -- step acks (the Spark source's commit) -------------------------------------------
 
@@ -476,14 +481,10 @@ class MessageWrites:
         step its driver renewed, acked well within its visibility timeout):
         marking a processed message acked never loses it, whoever holds it now.
         """
-        groups: dict[tuple[int, int], list[int]] = defaultdict(list)
-        for c in checks:
-            groups[(c.bucket, ttl_left(c.expires_at, now))].append(c.id)
         self.store.execute_many(
             [
-                (ACK_IN, (ttl, self.queue_id, bucket, ids[i : i + BATCH_ROWS]))
-                for (bucket, ttl), ids in groups.items()
-                for i in range(0, len(ids), BATCH_ROWS)
+                (ACK_IN, (ttl, self.queue_id, bucket, ids))
+                for (bucket, ttl), ids in by_shared_values(checks, now, lambda c: (), BATCH_ROWS)
             ],
             what="acking messages",
         )
