@@ -104,9 +104,7 @@ class Bounds:
         none of those ends within the recheck, so they are skipped for the
         whole of it without reading when their first lease ends.
         """
-        full = [b for b in buckets if (b + 1) * self._buckets.bucket_size <= self.tail]
-        # The tail bucket is left out: new messages may land there any moment.
-        recheck = now + int(IDLE_RECHECK * 1000)
+        full, recheck = self._full(buckets), _recheck(now)
         with self._lock:
             for bucket in full:
                 if bucket in leased_here:
@@ -119,10 +117,19 @@ class Bounds:
 
         ``first`` (ms; None: no unacked message) from a read the caller made anyway.
         """
-        if (bucket + 1) * self._buckets.bucket_size <= self.tail:  # not the tail bucket
-            self._skip([bucket], [first], now + int(IDLE_RECHECK * 1000))
+        if self._full([bucket]):
+            self._skip([bucket], [first], _recheck(now))
+
+    def _full(self, buckets: Sequence[int]) -> list[int]:
+        """The fully allocated ones of ``buckets`` (new messages may land in the tail bucket)."""
+        return [b for b in buckets if (b + 1) * self._buckets.bucket_size <= self.tail]
 
     def _skip(self, buckets: Sequence[int], firsts: Sequence[int | None], recheck: int) -> None:
         with self._lock:
             for bucket, first in zip(buckets, firsts, strict=True):
                 self._skip_until[bucket] = recheck if first is None else min(recheck, first)
+
+
+def _recheck(now: int) -> int:
+    """When a bucket found idle at ``now`` is read again at the latest (ms)."""
+    return now + int(IDLE_RECHECK * 1000)

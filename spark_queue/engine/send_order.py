@@ -35,7 +35,7 @@ def row_digest(message: Outgoing, *, with_key: bool = True) -> bytes:
 
     A keyless message's digest is what versions before keys were digested
     recorded; ``with_key=False`` gives that older digest of a keyed one
-    (``digests_for``).
+    (``lay_out``).
     """
     h = hashlib.blake2b(digest_size=DIGEST_BYTES)
     h.update(struct.pack(">qqi", len(message.payload), message.delay_ms, message.lane))
@@ -52,28 +52,30 @@ def row_digest(message: Outgoing, *, with_key: bool = True) -> bytes:
     return h.digest()
 
 
-def digests_for(
+def lay_out(
     messages: Sequence[Outgoing], recorded: Mapping[int, Sequence[bytes] | None], size: int
-) -> list[bytes]:
-    """Each message's ``row_digest``, of the kind the part's records hold.
+) -> tuple[list[bytes], list[tuple[int, list[int]]]]:
+    """Each message's ``row_digest``, of the kind the part's records hold, and ``arrange``'s chunks.
 
     Records made before keys were digested hold digests without them: when the
     rows' digests do not lay out by those records and the older ones do, the
     older ones are used (and recorded for the part's new chunks too).
+
+    Raises:
+        SparkQueueError: Neither kind of digest lays out by the records (``arrange``'s
+            error, for the current kind).
     """
     digests = [row_digest(m) for m in messages]
-    if not any(m.key is not None for m in messages) or not any(recorded.values()):
-        return digests
     try:
-        arrange(digests, recorded, size)
-    except SparkQueueError:
+        return digests, arrange(digests, recorded, size)
+    except SparkQueueError as error:
+        if not any(m.key is not None for m in messages):
+            raise
         older = [row_digest(m, with_key=False) for m in messages]
         try:
-            arrange(older, recorded, size)
+            return older, arrange(older, recorded, size)
         except SparkQueueError:
-            return digests  # neither: the caller's arrange raises with the current ones
-        return older
-    return digests
+            raise error from None
 
 
 def arrange(

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from spark_queue.config import QueueSettings
 from spark_queue.engine import counters
-from spark_queue.engine.send_order import arrange, digests_for, row_digest
+from spark_queue.engine.send_order import lay_out, row_digest
 from spark_queue.engine.sending import Outgoing, Sender
 from spark_queue.errors import SparkQueueError
 from spark_queue.store.buckets import Buckets
@@ -127,8 +127,7 @@ class Staging:
         """
         records = self._log.records_of_part(writer, step, part)
         recorded = {n: r.digests for n, r in records.items()}
-        digests = digests_for(outgoing, recorded, size)
-        plan = arrange(digests, recorded, size)
+        digests, plan = lay_out(outgoing, recorded, size)
         return [
             self.stage(
                 (writer, step, part, number),
@@ -188,12 +187,10 @@ class Staging:
                 f" {len(record.ids)} when first sent; a repeated send must carry the same"
                 " messages (is the input deterministic?)"
             )
-        if record.digests is not None and list(record.digests) != list(digests):
-            digests = digests_for(outgoing, {0: record.digests}, len(outgoing))  # older kind?
         if record.digests is None or list(record.digests) == list(digests):
             return list(outgoing)  # as recorded (or recorded before digests were kept)
-        try:  # the same messages in another order: put each where the record has it
-            plan = arrange(digests, {0: record.digests}, len(outgoing))
+        try:  # the same messages in another order (or digested the older way)
+            _, plan = lay_out(outgoing, {0: record.digests}, len(outgoing))
         except SparkQueueError as e:
             raise SparkQueueError(
                 f"{what} to queue {self._name!r}: another attempt recorded other messages for"
