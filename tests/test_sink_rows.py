@@ -8,7 +8,7 @@ import pytest
 from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.errors import InvalidSetting, MessageTooLarge
 from spark_queue.spark.options import SinkOptions, connector_options
-from spark_queue.spark.sink import CHUNK_ROWS, _Rows, _split, write_batches
+from spark_queue.spark.sink import CHUNK_ROWS, BdqStreamWriter, _Rows, _split, write_batches
 
 HEADERS = pa.map_(pa.string(), pa.string())
 
@@ -104,3 +104,25 @@ def test_a_bad_row_after_a_full_chunk_fails_the_task_before_anything_is_sent(
 
         # Then nothing was sent: not the first, full chunk either
         assert queue.stats(exact=True).total == 0
+
+
+@pytest.mark.cassandra
+def test_a_streaming_abort_drops_what_the_batchs_tasks_staged(keyspace: ConnectionSettings) -> None:
+    # Given a micro-batch's task that staged its rows (no writerId: at-least-once),
+    # through the writer Spark made for the batch's tasks
+    with QueueClient(settings=keyspace) as client:
+        queue = client.create_queue("sink-abort")
+        options = SinkOptions.parse({**connector_options(keyspace), "queue": "sink-abort"})
+        task_writer = BdqStreamWriter(options)
+        rows = pa.RecordBatch.from_pydict({"payload": [b"m %d" % i for i in range(30)]})
+        done = task_writer.write(iter([rows]))
+        assert queue.stats(exact=True).total == 30  # staged, invisible
+        assert queue.receive(10) == []
+
+        # When the batch aborts (another task failed) through the writer Spark makes
+        # anew for the abort, which did not stage anything itself
+        BdqStreamWriter(options).abort([done, None], 0)
+
+        # Then the staged messages are dropped, not left invisible until their TTL
+        assert queue.stats(exact=True).total == 0
+        assert queue.receive(10) == []

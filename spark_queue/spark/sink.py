@@ -21,9 +21,10 @@ writes nothing twice.
 Guarantees across restarts:
 
 * Without ``writerId``: at-least-once. The writer is named for the write (or
-  the query's run); ``abort`` drops what it staged. A micro-batch replayed
-  after a crash of the driver is written again, under the new run's name
-  (like Spark's Kafka sink). What the crashed run staged and never committed
+  the micro-batch: Spark makes a streaming writer anew for each); ``abort``
+  drops what it staged, every task's, by the name their commit messages carry.
+  A micro-batch replayed after a crash of the driver is written again, under
+  a new name (like Spark's Kafka sink). What the crashed run staged and never committed
   stays invisible until its TTL.
 * With ``writerId``: no duplicates. The writer is the writerId and the query
   id, so a replayed batch finishes what the first run began instead of
@@ -119,11 +120,17 @@ def check_sink_schema(schema: StructType, options: SinkOptions) -> None:
 
 @dataclass
 class SinkCommit(WriterCommitMessage):
-    """What one task staged: messages per queue, and the sends the driver publishes."""
+    """What one task staged: messages per queue, the sends the driver publishes, and its writer.
+
+    ``writer`` is the send-once writer the task staged under: Spark makes a
+    streaming writer anew for each micro-batch's tasks and again for its
+    commit or abort, so the name travels to the driver here.
+    """
 
     partition: int
     sent: dict[str, int] = field(default_factory=dict)
     staged: dict[str, list[Staged]] = field(default_factory=dict)
+    writer: str = ""
 
 
 def writer_name(options: SinkOptions, run: str, query_id: str | None) -> str:
@@ -173,7 +180,7 @@ def write_batches(
         ]
         for name in pending
     }
-    sent = SinkCommit(part)
+    sent = SinkCommit(part, writer=writer)
     for name, chunks in checked.items():
         messages = [o for outgoing in chunks for o in outgoing]
         staging = queues[name].staging
@@ -341,7 +348,9 @@ class BdqStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
-        self.run = f"run-{uuid.uuid4().hex}"  # made on the driver, once per run of the query
+        # Spark makes the writer its tasks use anew for every micro-batch: a batch's
+        # tasks share this name, which an abort learns from their commit messages.
+        self.run = f"run-{uuid.uuid4().hex}"
 
     def _writer(self, query_id: str | None) -> str:
         return writer_name(self.options, self.run, query_id)
@@ -368,7 +377,16 @@ class BdqStreamWriter(DataSourceStreamArrowWriter):
                 batchId,
             )
             return
-        discard(self.options, messages, self.run, batchId)
+        # Not self.run: Spark made this writer for the abort, not the one the tasks used.
+        writers = sorted({m.writer for m in messages if isinstance(m, SinkCommit) and m.writer})
+        if not writers:
+            log.warning(
+                "bdq sink: batch %d aborted before any task finished; what its tasks staged"
+                " stays invisible until the messages' TTL",
+                batchId,
+            )
+        for writer in writers:
+            discard(self.options, messages, writer, batchId)
 
 
 class BdqBatchWriter(DataSourceArrowWriter):
