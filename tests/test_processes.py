@@ -10,13 +10,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from spark_queue.bench import relay_faults
-from spark_queue.local.processes import exited
+from spark_queue.errors import LocalNodeError
+from spark_queue.local import node as node_module
+from spark_queue.local.node import LocalCluster
+from spark_queue.local.processes import exited, timer_slack
 
 SLEEPER = "import time; time.sleep(60)"
 
@@ -98,3 +103,62 @@ def test_the_relay_finds_the_executor_above_its_worker() -> None:
     # Then the first finds its parent, and the other (this pytest above it) finds none
     assert found == parent
     assert nothing == "0"
+
+
+def _slack_of_a_child_and_its_thread() -> tuple[int, int]:
+    """The timer slack (ns) a child process's main thread and a thread it starts run with."""
+    script = (
+        "import threading\n"
+        "def slack():\n"
+        "    return int(open(f'/proc/{threading.get_native_id()}/timerslack_ns').read())\n"
+        "seen = []\n"
+        "t = threading.Thread(target=lambda: seen.append(slack()))\n"
+        "t.start(); t.join()\n"
+        "print(slack(), seen[0])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    main, thread = out.stdout.split()
+    return int(main), int(thread)
+
+
+def _own_slack() -> int:
+    return int(Path(f"/proc/{threading.get_native_id()}/timerslack_ns").read_text())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timer slack is Linux's")
+def test_a_process_started_under_a_timer_slack_keeps_it_in_every_thread() -> None:
+    before = _own_slack()
+    with timer_slack(700):
+        assert _slack_of_a_child_and_its_thread() == (700_000, 700_000)
+    assert _own_slack() == before  # the caller's thread gets its own value back
+    assert _slack_of_a_child_and_its_thread() == (before, before)
+    with timer_slack(0):  # 0 leaves the system's value
+        assert _slack_of_a_child_and_its_thread() == (before, before)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timer slack is Linux's")
+def test_a_local_node_is_launched_under_its_timer_slack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[int] = []
+
+    class Launched:
+        pid = 4242
+
+        def __init__(self, command: list[str], **kwargs: object) -> None:
+            seen.append(_own_slack())
+
+    monkeypatch.setattr(node_module.subprocess, "Popen", Launched)
+    monkeypatch.setitem(node_module.CHILDREN, Launched.pid, Launched([]))
+    seen.clear()
+    cluster = LocalCluster(tmp_path, timer_slack_us=900)
+    spec = cluster.node(1)
+    spec.make_folders()
+    cluster._launch(spec, "java", [], None)
+    assert seen == [900_000]
+    assert _own_slack() != 900_000
+
+
+def test_a_timer_slack_out_of_range_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(LocalNodeError, match=r"timer slack 20000 us: must be 0 .* to 10000 us"):
+        LocalCluster(tmp_path, timer_slack_us=20_000)

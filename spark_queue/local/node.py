@@ -45,10 +45,12 @@ from spark_queue.local.node_conf import (
 )
 from spark_queue.local.processes import (
     CHILDREN,
+    NODE_TIMER_SLACK_US,
     find_java,
     live_pid,
     port_open,
     probe_cql,
+    timer_slack,
     wait_exit,
 )
 from spark_queue.local.tls import TlsFiles
@@ -59,6 +61,8 @@ CASSANDRA_VERSION = "5.0.9"
 DEFAULT_HEAP = "1G"
 START_TIMEOUT = 240.0
 STOP_TIMEOUT = 90.0
+#: Largest timer slack a node may be given (10 ms): past it, timed waits would stretch.
+MAX_TIMER_SLACK_US = 10_000
 LOG_TAIL_LINES = 40
 
 
@@ -95,6 +99,8 @@ class LocalCluster:
             (JMX binds the shared 127.0.0.1, so the ports must differ).
         version: ``cassandra-all`` version to run.
         heap: JVM heap size (``-Xms``/``-Xmx``).
+        timer_slack_us: Timer slack of the nodes' threads (Linux; 0: the system's
+            default), see ``processes.NODE_TIMER_SLACK_US``.
         conf_dir: Folder holding ``cassandra.yaml``, ``logback.xml`` and ``pom.xml`` templates.
     """
 
@@ -108,6 +114,7 @@ class LocalCluster:
         jmx_port: int = 7199,
         version: str = CASSANDRA_VERSION,
         heap: str = DEFAULT_HEAP,
+        timer_slack_us: int = NODE_TIMER_SLACK_US,
         conf_dir: Path | None = None,
     ) -> None:
         try:
@@ -123,6 +130,11 @@ class LocalCluster:
                 raise LocalNodeError(f"{name} port {port}: must be between 1 and 65535")
         if not re.fullmatch(r"\d+[MG]", heap):
             raise LocalNodeError(f"heap {heap!r}: must be a size such as '1G' or '768M'")
+        if not 0 <= timer_slack_us <= MAX_TIMER_SLACK_US:
+            raise LocalNodeError(
+                f"timer slack {timer_slack_us} us: must be 0 (the system's default)"
+                f" to {MAX_TIMER_SLACK_US} us"
+            )
         self.home = (home or default_home()).resolve()
         self._first = first
         self.native_port = native_port
@@ -130,6 +142,7 @@ class LocalCluster:
         self.jmx_port = jmx_port
         self.version = version
         self.heap = heap
+        self.timer_slack_us = timer_slack_us
         self._conf_dir = conf_dir
 
     # -- layout ------------------------------------------------------------
@@ -337,7 +350,7 @@ class LocalCluster:
         self, spec: NodeSpec, java: str, classpath: Sequence[Path], agent: Path | None
     ) -> int:
         command = jvm_command(spec, java, self.heap, classpath, agent)
-        with open(spec.console_file, "ab") as console:
+        with open(spec.console_file, "ab") as console, timer_slack(self.timer_slack_us):
             process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
