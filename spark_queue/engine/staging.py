@@ -12,10 +12,10 @@ that write:
   ids and on one time ``T``: the first attempt's clock.
 - Every attempt writes the invisible rows at write timestamp ``T`` and the
   release (their ``visible_at`` alone) at ``T + 1`` (microseconds), whatever
-  its own clock says. The
-  release therefore wins over any invisible copy, however late that copy
-  arrives, and a repeated release loses to a consumer's lease or ack written
-  after the first: nothing a consumer holds is reset.
+  its own clock says. The release therefore wins over any invisible copy,
+  however late that copy arrives, and a repeated release loses to a
+  consumer's lease or ack written after the first: nothing a consumer holds
+  is reset.
 - Copies a repair replaced, and discarded sends, are acked at ``T + 2``:
   no later copy of the rows at ``T`` revives them.
 - DONE is a plain write, a shortcut for retries only.

@@ -53,12 +53,17 @@ def timer_slack(microseconds: int) -> Iterator[None]:
     if prctl is None:
         yield
         return
-    before = prctl(_PR_GET_TIMERSLACK, 0, 0, 0, 0)
-    prctl(_PR_SET_TIMERSLACK, ctypes.c_ulong(microseconds * 1000), 0, 0, 0)
+    before = prctl(_PR_GET_TIMERSLACK, *_args(0))
+    prctl(_PR_SET_TIMERSLACK, *_args(microseconds * 1000))
     try:
         yield
     finally:
-        prctl(_PR_SET_TIMERSLACK, ctypes.c_ulong(max(before, 0)), 0, 0, 0)
+        prctl(_PR_SET_TIMERSLACK, *_args(max(before, 0)))  # 0: the thread's default again
+
+
+def _args(value: int) -> tuple[ctypes.c_ulong, ...]:
+    """``prctl``'s four further arguments, each an unsigned long as the call reads them."""
+    return (ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
 
 
 @functools.cache

@@ -24,8 +24,8 @@ Guarantees across restarts:
   the micro-batch: Spark makes a streaming writer anew for each); ``abort``
   drops what it staged, every task's, by the name their commit messages carry.
   A micro-batch replayed after a crash of the driver is written again, under
-  a new name (like Spark's Kafka sink). What the crashed run staged and never committed
-  stays invisible until its TTL.
+  a new name (like Spark's Kafka sink). What the crashed run staged and never
+  committed stays invisible until its TTL.
 * With ``writerId``: no duplicates. The writer is the writerId and the query
   id, so a replayed batch finishes what the first run began instead of
   writing again, and ``abort`` keeps what was staged for the replay. The
