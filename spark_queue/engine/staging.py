@@ -51,7 +51,9 @@ def write_timestamp(record: SendRecord) -> int:
     The first attempt's time, so that every attempt writes alike. A record of
     an earlier version (RESERVED, WRITTEN) had its rows written at their
     writer's clock: its retry writes at this host's, as those versions did
-    (a release then may reset a lease taken meanwhile: a duplicate at worst).
+    (a release then may make a message visible again while a consumer holds
+    it: another consumer may receive it before the holder acks, whose ack then
+    counts stale: a duplicate at worst).
     """
     if record.state is SendState.STAMPED:
         return record.written_at * 1000
@@ -208,6 +210,8 @@ class Staging:
         todo = [s for s in staged if not s.done]
         now = now_ms()
         ttl_ms = self._settings().message_ttl * 1000
+        # A release writes visible_at alone (Buckets.release_shared): these leases'
+        # token and count are not written.
         by_stamp: dict[int, list[LeaseWrite]] = {}
         for s in todo:
             by_stamp.setdefault(s.stamp, []).extend(
