@@ -361,7 +361,7 @@ def test_the_newest_write_timestamp_wins_whatever_the_order_of_arrival(store: St
     now = now_ms()
     stamp = now * 1000
     buckets.insert([message(1, now, delay=HOUR - 1)], now, timestamp=stamp)
-    buckets.release_shared([lease(0, 1, 0, now - 60_000)], now, timestamp=stamp + 1)
+    buckets.release_shared({stamp + 1: [lease(0, 1, 0, now - 60_000)]}, now)
     buckets.insert([message(1, now, delay=HOUR - 1)], now, timestamp=stamp)  # arrives last, older
 
     assert [m.id for m in buckets.scan_visible(0, now, 10)] == [1]
@@ -378,6 +378,21 @@ def test_the_newest_write_timestamp_wins_whatever_the_order_of_arrival(store: St
     assert buckets.scan_visible(0, now, 10) == []
 
 
+def test_one_release_writes_each_group_at_its_own_timestamp(store: Store) -> None:
+    _, _, buckets = new_queue(store)
+    now = now_ms()
+    stamp = now * 1000
+    buckets.insert([message(i, now, delay=HOUR - 1) for i in (1, 2)], now, timestamp=stamp)
+    # message 2 invisible again, written later than message 1's release will be
+    buckets.insert([message(2, now, delay=HOUR - 1)], now, timestamp=stamp + 5)
+    release = {i: LeaseWrite(0, i, 0, now - 1, 0, now + HOUR) for i in (1, 2)}
+
+    buckets.release_shared({stamp + 1: [release[1], release[2]]}, now)
+    assert [m.id for m in buckets.scan_visible(0, now, 10)] == [1]  # 2's release is older
+    buckets.release_shared({stamp + 1: [release[1]], stamp + 6: [release[2]]}, now)
+    assert [m.id for m in buckets.scan_visible(0, now, 10)] == [1, 2]
+
+
 def test_a_release_moves_only_visible_at_and_loses_to_a_later_lease(store: Store) -> None:
     _, _, buckets = new_queue(store)
     now = now_ms()
@@ -385,7 +400,7 @@ def test_a_release_moves_only_visible_at_and_loses_to_a_later_lease(store: Store
     buckets.insert([message(i, now, delay=HOUR - 1) for i in (1, 2, 3)], now, timestamp=stamp)
     assert buckets.scan_visible(0, now, 10) == []
     release = [LeaseWrite(0, i, 9, now - 1, 9, now + HOUR) for i in (1, 2)]
-    buckets.release_shared(release, now, timestamp=stamp + 1)
+    buckets.release_shared({stamp + 1: release}, now)
 
     visible = buckets.scan_visible(0, now, 10)
     assert [m.id for m in visible] == [1, 2]
@@ -393,7 +408,7 @@ def test_a_release_moves_only_visible_at_and_loses_to_a_later_lease(store: Store
     assert [(m.lease, m.delivery_count, m.visible_at) for m in visible] == [(0, 0, now - 1)] * 2
     # a consumer's lease (at the driver's clock) holds against a release repeated after it
     buckets.write_leases([lease(0, 1, 7, now)], now)
-    buckets.release_shared(release, now, timestamp=stamp + 1)
+    buckets.release_shared({stamp + 1: release}, now)
     assert [m.id for m in buckets.scan_visible(0, now, 10)] == [2]
     assert buckets.leases_of([(0, 1)]) == {(0, 1): (7, False)}
 

@@ -218,8 +218,7 @@ class Staging:
                 LeaseWrite(self._buckets.bucket_of(i), i, 0, now + d, 0, s.written_at + ttl_ms)
                 for i, d in zip(s.ids, s.delays_ms, strict=True)
             )
-        for stamp, writes in by_stamp.items():
-            self._buckets.release_shared(writes, now, timestamp=stamp + 1)
+        self._buckets.release_shared({stamp + 1: writes for stamp, writes in by_stamp.items()}, now)
         for s in todo:
             if s.replaced:  # only once the copies that replace them are visible
                 self._sender.retire(s.replaced, s.written_at, timestamp=s.stamp + 2)

@@ -437,19 +437,22 @@ class MessageWrites:
         ]
         self.store.execute_many(statements, what="leasing received messages")
 
-    def release_shared(self, releases: Sequence[LeaseWrite], now: int, *, timestamp: int) -> None:
-        """Make staged rows visible at each release's ``visible_at``, written at ``timestamp``.
+    def release_shared(self, releases: Mapping[int, Sequence[LeaseWrite]], now: int) -> None:
+        """Make staged rows visible at each release's ``visible_at``; keys are write timestamps.
 
         A send-once's publish (``engine/staging.py``): the rows were written
         invisible with lease and delivery count 0, which no consumer can have
         changed while they were invisible, so only ``visible_at`` is written,
         one ``UPDATE ... WHERE id IN`` per bucket, delay and TTL: a cell per
-        message where a whole lease wrote three.
+        message where a whole lease wrote three. Every timestamp's statements
+        go at once (a publish releases several sends, each at its own stamp):
+        the timestamps, not the order of arrival, decide which write wins.
         """
         statements = [
             (RELEASE_IN_AT, (ttl, timestamp, visible_at, self.queue_id, bucket, ids))
+            for timestamp, writes in releases.items()
             for (bucket, visible_at, ttl), ids in by_shared_values(
-                releases, now, lambda w: (w.visible_at,), BATCH_ROWS
+                writes, now, lambda w: (w.visible_at,), BATCH_ROWS
             )
         ]
         self.store.execute_many(statements, what="publishing staged messages")
