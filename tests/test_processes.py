@@ -45,6 +45,12 @@ def _until(condition: object, timeout: float = 10.0) -> bool:
     return False
 
 
+def _runs(child: subprocess.Popen[bytes], code: str) -> bool:
+    """Whether ``child`` has exec'd the command it was given (its command line shows ``code``)."""
+    with open(f"/proc/{child.pid}/cmdline", "rb") as cmdline:
+        return code.encode() in cmdline.read()
+
+
 def test_a_running_process_has_not_exited_and_its_unreaped_zombie_has(
     sleeper: subprocess.Popen[bytes],
 ) -> None:
@@ -69,6 +75,8 @@ def test_the_relay_kills_an_executor_jvm_only() -> None:
     plain = subprocess.Popen([sys.executable, "-c", SLEEPER])
     executor = subprocess.Popen([sys.executable, "-c", SLEEPER, relay_faults.EXECUTOR_CLASS])
     try:
+        # (until a child has exec'd, its command line is still pytest's)
+        assert _until(lambda: _runs(plain, SLEEPER) and _runs(executor, SLEEPER))
         # When the relay is asked to kill each
         relay_faults._kill(plain.pid)
         relay_faults._kill(executor.pid)
