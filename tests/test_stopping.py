@@ -53,7 +53,13 @@ CHILD = textwrap.dedent(
 )
 
 
+#: SIGTERMs sent at once to each of BURSTS children by the test of back-to-back signals.
+BURST = 500
+BURSTS = 10
+
+
 def _start(tmp_path: Path, mode: str, wait: str) -> tuple[subprocess.Popen[bytes], Path]:
+    tmp_path.mkdir(exist_ok=True)
     log = tmp_path / "log"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(log), mode, wait])
     deadline = time.monotonic() + 30
@@ -76,6 +82,18 @@ def test_sigterm_while_waiting_runs_stop_to_its_end_despite_the_second_sigterm(
     child.send_signal(signal.SIGTERM)  # PythonWorkerFactory.stop ends it a second time
     assert child.wait(30) == 128 + signal.SIGTERM
     assert _lines(log) == ["installed True", "stop begins", "stop ends", "again"]
+
+
+def test_sigterms_back_to_back_run_stop_once_and_end_the_process(tmp_path: Path) -> None:
+    # The JVM's two SIGTERMs can come back to back: Python then runs the second handler
+    # inside the first, between any two of its bytecodes. Bursts make that all but certain.
+    children = [_start(tmp_path / str(i), "runner", "read") for i in range(BURSTS)]
+    for child, _ in children:
+        for _ in range(BURST):
+            child.send_signal(signal.SIGTERM)
+    for child, log in children:
+        assert child.wait(30) == 128 + signal.SIGTERM
+        assert _lines(log) == ["installed True", "stop begins", "stop ends", "again"]
 
 
 def test_sigterm_while_stop_runs_lets_it_finish(tmp_path: Path) -> None:

@@ -19,6 +19,14 @@ it started), so later ones are ignored too. An exit hook runs ``stop`` if the
 exit came before the ``finally`` reached it, so ``stop`` must be safe to call
 twice. A ``stop`` that hangs (Cassandra gone) ends the process after
 ``STOP_GRACE`` seconds; SIGKILL ends it at once.
+
+The two SIGTERMs can come back to back, and Python then runs the second
+handler inside the first, between any two of its bytecodes. So the handler
+marks itself with a plain flag before it does anything that takes a lock.
+It used ``threading.Event``s, whose ``set`` takes one: a second SIGTERM that
+came inside the first's ``set`` waited for a lock its own thread held,
+forever, and the process outlived its query with its lease renewal thread
+still renewing the last step's leases and buckets.
 """
 
 from __future__ import annotations
@@ -37,13 +45,16 @@ STOP_GRACE = 60.0
 #: The main module of the process pyspark hosts a streaming source's reader in.
 RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 
-_stopping = threading.Event()
-_terminating = threading.Event()
+# Plain flags, not threading.Events: the signal handler reads and sets them, and must
+# take no lock (see the module docstring).
+_stopping = False  # the reader's stop runs
+_terminating = False  # a SIGTERM is being handled
 
 
 def stop_begins() -> None:
     """Note that the source's ``stop`` runs: a SIGTERM now must not interrupt it."""
-    _stopping.set()
+    global _stopping
+    _stopping = True
 
 
 def stop_on_sigterm(stop: Callable[[], None]) -> bool:
@@ -70,11 +81,15 @@ def stop_on_sigterm(stop: Callable[[], None]) -> bool:
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:
-    if _terminating.is_set():
+    global _terminating
+    if _terminating:
         return  # the JVM's second SIGTERM: the first is being handled
-    _terminating.set()
+    # Set before any lock is taken: a handler run inside this one returns above. One
+    # run between the test and this line does the work itself, while this one holds
+    # no lock yet, and its SystemExit unwinds through this frame.
+    _terminating = True
     deadline = threading.Timer(STOP_GRACE, os._exit, args=(128 + signum,))
     deadline.daemon = True
     deadline.start()
-    if not _stopping.is_set():  # else the runner's finally is in stop already: let it finish
+    if not _stopping:  # else the runner's finally is in stop already: let it finish
         raise SystemExit(128 + signum)
