@@ -211,14 +211,14 @@ class Staging:
         now = now_ms()
         ttl_ms = self._settings().message_ttl * 1000
         # A release writes visible_at alone (Buckets.release_shared): these leases'
-        # token and count are not written.
-        by_stamp: dict[int, list[LeaseWrite]] = {}
+        # token and count are not written. Each send's at its stamp + 1.
+        releases: dict[int, list[LeaseWrite]] = {}
         for s in todo:
-            by_stamp.setdefault(s.stamp, []).extend(
+            releases.setdefault(s.stamp + 1, []).extend(
                 LeaseWrite(self._buckets.bucket_of(i), i, 0, now + d, 0, s.written_at + ttl_ms)
                 for i, d in zip(s.ids, s.delays_ms, strict=True)
             )
-        self._buckets.release_shared({stamp + 1: writes for stamp, writes in by_stamp.items()}, now)
+        self._buckets.release_shared(releases, now)
         for s in todo:
             if s.replaced:  # only once the copies that replace them are visible
                 self._sender.retire(s.replaced, s.written_at, timestamp=s.stamp + 2)
