@@ -120,6 +120,8 @@ def test_a_small_run_moves_every_message_through_every_phase(
     values = json.loads(json.dumps(result.to_dict()))
     assert values["params"]["messages"] == 500
     assert values["source_floor_ratio"] == result.source_floor_ratio
+    # And it says whether the session's pyspark.zip holds bytecode (it has one to look at)
+    assert values["pyspark_zip_bytecode"] in (True, False)
     # And it records the session settings it ran with (its default and the one given),
     # and the session has its own settings back
     assert dict(values["params"]["spark_conf"]) == {

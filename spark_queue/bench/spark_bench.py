@@ -72,6 +72,7 @@ from spark_queue.bench.spark_floor import FLOOR_SECONDS, measure_floor
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import BackendUnavailable, InvalidSetting
+from spark_queue.ops.pyspark_zip import inspect_zip, spark_home, zip_of
 from spark_queue.spark.options import connector_options
 from spark_queue.store.session import Store
 
@@ -307,7 +308,16 @@ def _run(
         source_floor=source_floor,
         baseline_rate=sum(rates) / len(rates) if rates else None,
         baseline_rates=list(rates),
+        pyspark_zip_bytecode=_pyspark_zip_bytecode(),
     )
+
+
+def _pyspark_zip_bytecode() -> bool | None:
+    """Whether the pyspark.zip this driver's Spark starts Python from holds bytecode."""
+    try:
+        return inspect_zip(zip_of(spark_home())).complete
+    except InvalidSetting:
+        return None
 
 
 def _delete_queues(client: QueueClient, names: Sequence[str], progress: Progress) -> None:

@@ -142,6 +142,9 @@ class SparkBenchResult:
         baseline_rate: Raw prepared inserts per second (mean of the measures before
             and after the Spark phases), or None when not measured.
         baseline_rates: Each measure of the raw baseline, in the order taken.
+        pyspark_zip_bytecode: Whether the driver's ``pyspark.zip``, which Spark's
+            Python processes import pyspark from, holds bytecode for this Python
+            (``bdq spark compile-zip``); None when there is no such archive.
     """
 
     params: SparkBenchParams
@@ -155,6 +158,7 @@ class SparkBenchResult:
     baseline_rates: list[float]
     floor: FloorPhase | None = None
     source_floor: StreamPhase | None = None
+    pyspark_zip_bytecode: bool | None = None
 
     def _ratio(self, rate: float) -> float | None:
         return rate / self.baseline_rate if self.baseline_rate else None

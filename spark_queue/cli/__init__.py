@@ -24,6 +24,7 @@ from spark_queue.cli.message_commands import (
 from spark_queue.cli.metrics import metrics
 from spark_queue.cli.profiles import profile_option
 from spark_queue.cli.queue_commands import queue
+from spark_queue.cli.spark_commands import spark
 from spark_queue.cli.top import top
 
 
@@ -58,6 +59,7 @@ for command in (send, receive, peek, ack, change_visibility, reject):
 main.add_command(dlq)
 main.add_command(top)
 main.add_command(metrics)
+main.add_command(spark)
 main.add_command(bench)
 bench.add_command(bench_stats)
 bench.add_command(faults)

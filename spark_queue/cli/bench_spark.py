@@ -189,7 +189,15 @@ def _spark_title(r: SparkBenchResult) -> str:
             if p.baseline
             else ""
         )
+        + _ZIP_STATES[r.pyspark_zip_bytecode]
     )
+
+
+_ZIP_STATES = {
+    True: "; pyspark.zip with bytecode",
+    False: "; pyspark.zip without bytecode (`bdq spark compile-zip` starts queries sooner)",
+    None: "",
+}
 
 
 def _spark_table(r: SparkBenchResult) -> Table:

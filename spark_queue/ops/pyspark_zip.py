@@ -1,0 +1,205 @@
+"""Python bytecode inside Spark's ``pyspark.zip``, so Spark's Python processes start faster.
+
+Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the ``PYTHONPATH`` of
+every Python process it starts: the executors' worker daemon and, on the driver,
+the ``python_streaming_source_runner`` of every streaming query that reads a
+Python data source, started afresh for each query. Those processes import
+pyspark from the archive even where pyspark is installed beside it, and Python
+caches no bytecode for a module imported from an archive. Spark ships the
+archive with sources only, so each such process compiles the pyspark modules it
+imports: 0.5-0.7 s of a 2-core machine for a streaming source's runner, before
+its query's first trigger (the process imports in 0.3 s from an archive with
+bytecode; see docs/benchmarks.md).
+
+``compile_zip`` adds a ``.pyc`` beside each ``.py`` of the archive, where
+``zipimport`` looks for one. The bytecode is checked-hash (PEP 552): Python uses
+it only when its magic number is the running interpreter's and the hash of the
+``.py`` beside it still matches, and compiles the source as before otherwise
+(another Python version on a node, a source changed in place). Entries other
+than the replaced ``.pyc`` files are copied unchanged, and the archive is
+replaced in one rename, so a process that has the old one open keeps reading it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import marshal
+import os
+import tempfile
+import warnings
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_queue.errors import InvalidSetting
+
+#: Where a Spark installation keeps the archive, below its home.
+ZIP_IN_SPARK_HOME = Path("python", "lib", "pyspark.zip")
+
+# PEP 552 flags: bit 0 says the .pyc is hash-based, bit 1 that Python checks the hash.
+_CHECKED_HASH = 0b11
+_HEADER = 16  # magic (4), flags (4), source hash (8)
+
+
+@dataclass(frozen=True)
+class ZipBytecode:
+    """How much of an archive's Python has bytecode the running interpreter would use.
+
+    Attributes:
+        path: The archive.
+        modules: Its ``.py`` entries.
+        compiled: Those with a ``.pyc`` beside them for this Python and this source.
+        uncompilable: Those this Python cannot compile (imported from source, or failing, as
+            before).
+        size: The archive's size in bytes.
+    """
+
+    path: Path
+    modules: int
+    compiled: int
+    uncompilable: int
+    size: int
+
+    @property
+    def complete(self) -> bool:
+        """Every module this Python can compile has bytecode it would use."""
+        return self.compiled + self.uncompilable == self.modules
+
+
+def spark_home() -> Path:
+    """The Spark installation Spark's launcher would use: ``SPARK_HOME``, else pyspark's own.
+
+    Raises:
+        InvalidSetting: Neither is there.
+    """
+    home = os.environ.get("SPARK_HOME")
+    if home:
+        return Path(home)
+    spec = importlib.util.find_spec("pyspark")  # finds the package without importing it
+    if spec is None or spec.origin is None:
+        raise InvalidSetting(
+            "no Spark installation: SPARK_HOME is unset and pyspark is not installed;"
+            " set SPARK_HOME (or --spark-home) to a Spark installation"
+        )
+    return Path(spec.origin).parent
+
+
+def zip_of(home: Path) -> Path:
+    """``home``'s ``pyspark.zip``.
+
+    Raises:
+        InvalidSetting: ``home`` has none.
+    """
+    path = home / ZIP_IN_SPARK_HOME
+    if not path.is_file():
+        raise InvalidSetting(
+            f"Spark home {str(home)!r}: no {ZIP_IN_SPARK_HOME} in it; it must be a Spark"
+            " installation (SPARK_HOME, or the pip-installed pyspark directory)"
+        )
+    return path
+
+
+def inspect_zip(path: Path) -> ZipBytecode:
+    """Count the modules of ``path`` whose bytecode this Python would use.
+
+    Raises:
+        InvalidSetting: ``path`` is not a zip archive.
+    """
+    with _open(path) as archive:
+        modules, compiled, missing = _scan(path, archive)
+    uncompilable = sum(1 for bytecode in missing.values() if bytecode is None)
+    return ZipBytecode(path, modules, compiled, uncompilable, path.stat().st_size)
+
+
+def compile_zip(path: Path) -> ZipBytecode:
+    """Add this Python's checked-hash bytecode beside every ``.py`` of ``path``, in place.
+
+    Writes nothing when every module that compiles has current bytecode already.
+
+    Raises:
+        InvalidSetting: ``path`` is not a zip archive, or its folder is not writable.
+    """
+    with _open(path) as archive:
+        _, _, missing = _scan(path, archive)
+        added = {name + "c": code for name, code in missing.items() if code is not None}
+        if added:
+            _rewrite(path, archive, added)
+    return inspect_zip(path)
+
+
+def _scan(path: Path, archive: zipfile.ZipFile) -> tuple[int, int, dict[str, bytes | None]]:
+    """``(modules, compiled, missing)``: new bytecode by ``.py`` name, None where none compiles."""
+    entries = {info.filename: info for info in archive.infolist()}
+    modules = compiled = 0
+    missing: dict[str, bytes | None] = {}
+    for name, info in entries.items():
+        if not name.endswith(".py"):
+            continue
+        modules += 1
+        source = archive.read(info)
+        if name + "c" in entries and _current(archive.read(entries[name + "c"]), source):
+            compiled += 1
+        else:
+            missing[name] = _bytecode(source, f"{path}/{name}")
+    return modules, compiled, missing
+
+
+def _rewrite(path: Path, archive: zipfile.ZipFile, added: dict[str, bytes]) -> None:
+    """Replace ``path`` by a copy of ``archive`` with the ``added`` entries, in one rename."""
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=".pyspark-", suffix=".zip", dir=path.parent)
+    except OSError as e:
+        raise InvalidSetting(
+            f"{str(path)!r}: cannot write beside it ({e.strerror}); run as the user that"
+            " owns the Spark installation"
+        ) from None
+    try:
+        with os.fdopen(handle, "wb") as out, zipfile.ZipFile(out, "w") as copy:
+            for info in archive.infolist():
+                if info.filename in added:
+                    continue  # stale bytecode, replaced beside its source
+                copy.writestr(info, archive.read(info))
+                bytecode = added.get(info.filename + "c")
+                if bytecode is not None:
+                    entry = zipfile.ZipInfo(info.filename + "c", info.date_time)
+                    entry.external_attr = info.external_attr
+                    copy.writestr(entry, bytecode, compress_type=zipfile.ZIP_DEFLATED)
+        os.chmod(temporary, path.stat().st_mode & 0o7777)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _open(path: Path) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        raise InvalidSetting(f"{str(path)!r}: not a zip archive") from None
+
+
+def _bytecode(source: bytes, filename: str) -> bytes | None:
+    """A checked-hash ``.pyc`` of ``source``; None when this Python cannot compile it."""
+    try:
+        with warnings.catch_warnings():
+            # pyspark's own tests carry literals that Python warns about when compiling
+            warnings.simplefilter("ignore")
+            code = compile(source, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
+    header = (
+        importlib.util.MAGIC_NUMBER
+        + _CHECKED_HASH.to_bytes(4, "little")
+        + importlib.util.source_hash(source)
+    )
+    return header + marshal.dumps(code)
+
+
+def _current(bytecode: bytes, source: bytes) -> bool:
+    """Whether this Python would use ``bytecode`` for ``source``, as zipimport decides."""
+    return (
+        len(bytecode) > _HEADER
+        and bytecode[:4] == importlib.util.MAGIC_NUMBER
+        and int.from_bytes(bytecode[4:8], "little") == _CHECKED_HASH
+        and bytecode[8:16] == importlib.util.source_hash(source)
+    )
