@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml constraints.txt
 	# compat: a .pth path entry, so Spark's scan of top-level pyspark_* modules finds pyspark_bdq
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]' --config-settings editable_mode=compat
 	# Spark's Python processes import pyspark from its pyspark.zip: with bytecode in it, each
-	# streaming query starts 0.5-0.7 s sooner (docs/spark.md, "Python start-up")
+	# streaming query starts about 0.3 s sooner (docs/spark.md, "Python start-up")
 	env -u SPARK_HOME $(BDQ) spark compile-zip
 	@touch $@
 

@@ -7,9 +7,9 @@ Python data source, started afresh for each query. Those processes import
 pyspark from the archive even where pyspark is installed beside it, and Python
 caches no bytecode for a module imported from an archive. Spark ships the
 archive with sources only, so each such process compiles the pyspark modules it
-imports: 0.5-0.7 s of a 2-core machine for a streaming source's runner, before
-its query's first trigger (the process imports in 0.3 s from an archive with
-bytecode; see docs/benchmarks.md).
+imports. On a 2-core machine a source runner's imports took 0.73-0.98 s from the
+archive as shipped and 0.29-0.36 s from one with bytecode, and a query's time
+outside its triggers shrank by 0.24-0.33 s (docs/benchmarks.md).
 
 ``compile_zip`` adds a ``.pyc`` beside each ``.py`` of the archive, where
 ``zipimport`` looks for one. The bytecode is checked-hash (PEP 552): Python uses
@@ -17,7 +17,11 @@ it only when its magic number is the running interpreter's and the hash of the
 ``.py`` beside it still matches, and compiles the source as before otherwise
 (another Python version on a node, a source changed in place). Entries other
 than the replaced ``.pyc`` files are copied unchanged, and the archive is
-replaced in one rename, so a process that has the old one open keeps reading it.
+replaced in one rename, so no process ever reads half an archive. A Python
+process already running from the old archive keeps its table of contents and
+reopens the archive by path for each later import, where it now finds other
+offsets: its next import from it fails. Compile while no Spark application
+runs on the node, as when installing Spark.
 """
 
 from __future__ import annotations
