@@ -12,12 +12,17 @@ lost is not revived.
 
 The thread belongs to the reader: it stops in ``stop()`` (the query stops)
 and dies with the driver process, so a crashed query's messages come back to
-other consumers one visibility timeout after the last renewal.
+other consumers one visibility timeout after the last renewal. It also stops
+when the process that started its own is gone (Spark's JVM, for the source
+runner): a runner that outlived its JVM, as one stuck in a signal handler
+did, would otherwise keep its steps' messages and buckets taken for as long
+as it lived.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -47,12 +52,15 @@ class LeaseRenewal:
         renew: Renews one step's leases on one queue.
         period: Seconds between rounds (``renewal_period``).
         name: Names the thread and the logs (the source's queues).
+        parent: The process whose end ends the renewals. Default: the parent
+            of the process that makes this one (Spark's JVM, for the runner).
     """
 
-    def __init__(self, renew: Renew, period: float, name: str) -> None:
+    def __init__(self, renew: Renew, period: float, name: str, parent: int | None = None) -> None:
         self._renew = renew
         self.period = period
         self._name = name
+        self._parent = os.getppid() if parent is None else parent
         self._steps: dict[int, frozenset[str]] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -112,6 +120,18 @@ class LeaseRenewal:
                 self._wake.wait(remaining)
                 self._wake.clear()
                 continue  # the period may have changed, or the thread stopped: look again
+            if os.getppid() != self._parent:
+                # Re-parented: whatever started this process, and would commit
+                # these steps, is gone. Let the leases run out.
+                log.warning(
+                    "bdq source %r: the process that started this one (pid %d) is gone;"
+                    " no more lease renewals: the leased messages come back to other"
+                    " consumers one visibility timeout after the last renewal",
+                    self._name,
+                    self._parent,
+                )
+                self._stopped.set()
+                return
             self.renew_once()
             last = time.monotonic()
 
