@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from spark_queue.engine.deliveries import delivery_of
+from spark_queue.engine.deliveries import LeasedColumns, delivery_of
 from spark_queue.errors import InvalidSetting
 from spark_queue.spark.reading import ARROW_SCHEMA, leased_record_batch, to_record_batch
 from spark_queue.spark.source import PARTITION_MESSAGES, Offset, group_buckets
@@ -34,7 +34,7 @@ def test_leased_rows_match_the_rows_built_from_deliveries() -> None:
     ]
     queue_id = uuid.uuid4()
 
-    rows = leased_record_batch("q", leased)
+    rows = leased_record_batch("q", LeasedColumns.of(leased))
 
     assert rows.equals(to_record_batch("q", [delivery_of(queue_id, m, w) for m, w in leased]))
     assert rows.column("delivery_count").to_pylist() == [i + 1 for i in range(7)]
@@ -43,7 +43,7 @@ def test_leased_rows_match_the_rows_built_from_deliveries() -> None:
 
 
 def test_no_leased_rows_is_an_empty_batch_of_the_schema() -> None:
-    rows = leased_record_batch("q", [])
+    rows = leased_record_batch("q", LeasedColumns.of([]))
     assert rows.num_rows == 0
     assert rows.schema == ARROW_SCHEMA
 

@@ -78,10 +78,10 @@ def test_a_leased_step_replays_the_same_leases_and_acks_what_it_still_holds(
     replay = queue.steps.receive_leased("q", 1, 0, 3, buckets=[0])
     queue.steps.receive_leased("q", 1, 1, 4, buckets=[1], visibility_timeout=60)
 
-    assert [m.payload for m, _ in first] == [b"0", b"1", b"2"]
-    assert [(m.id, w.lease, w.delivery_count) for m, w in replay] == [
-        (m.id, w.lease, w.delivery_count) for m, w in first
-    ]
+    assert first.payloads == [b"0", b"1", b"2"]
+    assert list(zip(replay.ids, replay.leases, replay.delivery_counts, strict=True)) == list(
+        zip(first.ids, first.leases, first.delivery_counts, strict=True)
+    )
     time.sleep(0.6)  # part 0's leases ran out (no driver renews them here)
     taken = queue.receive(1, buckets=[0])  # another consumer took the oldest of them
     assert [d.payload for d in taken] == [b"0"]
@@ -264,7 +264,7 @@ def test_two_attempts_of_one_part_hand_out_what_the_first_recorded(
     def attempt() -> list[int]:
         if leased:
             got = queue.steps.receive_leased("q", 3, 0, 5, buckets=[0], first_attempt=True)
-            return [m.id for m, _ in got]
+            return got.ids
         return [d.id for d in queue.steps.receive("q", 3, 0, 5, buckets=[0])]
 
     first, second = attempt(), attempt()
@@ -296,7 +296,7 @@ def test_a_parts_first_deliveries_are_not_read_back(
 
     # Then every one is handed out, and no lease was read back: nobody holds a
     # receipt of a first delivery, so nothing can ack it between scan and lease
-    assert [m.id for m, _ in leased] == ids
+    assert leased.ids == ids
     assert read_back == []
 
 
@@ -322,4 +322,4 @@ def test_a_redelivery_acked_by_its_late_consumer_during_the_lease_is_not_handed_
     leased = queue.steps.receive_leased("q", 1, 0, 10, buckets=[0], first_attempt=True)
 
     # Then the acked message is read back and left out; the first delivery is handed out
-    assert [m.id for m, _ in leased] == [second]
+    assert leased.ids == [second]

@@ -4,18 +4,21 @@ A receive writes a lease on each message it picks (``fresh_lease``), checks
 that each still holds (``still_held``: a redelivery's late consumer may have
 acked it meanwhile), and hands out each message it won as a ``Delivery``
 with its receipt (``delivery_of``);
-a caller that hands out rows (the Spark source) keeps the pair (``Leased``).
+a caller that hands out rows (the Spark source) takes them a field at a time
+(``LeasedColumns``).
 A peek hands out messages without a lease (``message_of``).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from spark_queue.message import Delivery, Message, Receipt, new_lease
+from spark_queue.store.journal import pack_columns
 from spark_queue.store.message_values import Candidate, LeaseWrite, StoredMessage
 
 if TYPE_CHECKING:
@@ -23,6 +26,50 @@ if TYPE_CHECKING:
 
 #: A message with the lease a receive wrote on it (its delivery, before any receipt).
 Leased = tuple[StoredMessage, LeaseWrite]
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedColumns:
+    """Leased messages a field at a time, in id order: what a Spark task hands out.
+
+    A receive of first deliveries fills the columns straight from the rows it
+    scanned (``BucketReceiver.lease_columns``), with no message object each;
+    any other receive's pairs become columns (``of``). ``headers`` holds None
+    for a message without any.
+    """
+
+    ids: list[int]
+    buckets: list[int]
+    payloads: list[bytes]
+    headers: list[Mapping[str, str] | None]
+    enqueued_at: list[int]
+    delivery_counts: list[int]
+    keys: list[str | None]
+    leases: list[int]
+    expires_at: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @classmethod
+    def of(cls, leased: Sequence[Leased]) -> LeasedColumns:
+        return cls(
+            ids=[m.id for m, _ in leased],
+            buckets=[m.bucket for m, _ in leased],
+            payloads=[m.payload for m, _ in leased],
+            headers=[m.headers or None for m, _ in leased],
+            enqueued_at=[m.enqueued_at for m, _ in leased],
+            delivery_counts=[w.delivery_count for _, w in leased],
+            keys=[m.key for m, _ in leased],
+            leases=[w.lease for _, w in leased],
+            expires_at=[w.expires_at for _, w in leased],
+        )
+
+    def journal(self) -> bytes:
+        """The journal's record of these deliveries (``store/journal.py``)."""
+        return pack_columns(
+            self.buckets, self.ids, self.leases, self.expires_at, self.delivery_counts
+        )
 
 
 def as_datetime(ms: int) -> datetime:

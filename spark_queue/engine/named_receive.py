@@ -21,11 +21,27 @@ from collections.abc import Callable, Collection, Sequence
 
 from spark_queue.engine.bounds import Bounds
 from spark_queue.engine.claims import Claims, pick_oldest
-from spark_queue.engine.deliveries import Leased, delivery_of, fresh_lease, still_held
+from spark_queue.engine.deliveries import (
+    Leased,
+    LeasedColumns,
+    delivery_of,
+    fresh_lease,
+    still_held,
+)
 from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.message import Delivery, new_lease
 from spark_queue.store.buckets import Buckets
-from spark_queue.store.message_values import LeaseWrite, StoredMessage, now_ms
+from spark_queue.store.message_values import (
+    Col,
+    LeaseWrite,
+    StoredMessage,
+    group_ids,
+    live_row,
+    now_ms,
+    stored_message,
+    ttl_left,
+)
+from spark_queue.store.message_writes import BATCH_ROWS
 
 #: Fewest buckets ``visible_buckets`` probes at once.
 PROBE_WINDOW = 8
@@ -132,6 +148,79 @@ class BucketReceiver:
             scanned = self._buckets.scan_visible(bucket, now, want * hint, after=ids[0] - 1)
             found = [m for m in scanned if m.id < ids[1]]
         found = [m for m in found if (m.bucket, m.id) not in taken]
+        return self._lease_found(found, mine, want, timeout_ms, hint, now, token)
+
+    def lease_columns(
+        self,
+        buckets: Sequence[int],
+        count: int,
+        timeout_ms: int,
+        hint: int,
+        *,
+        token: int,
+        reclaim: bool = False,
+    ) -> LeasedColumns:
+        """``lease`` of whole buckets, as columns: first deliveries cost no object each.
+
+        When the scan finds only messages never delivered, no more than
+        ``count`` (nothing to pick among, none past the delivery limit, none
+        whose late consumer could ack it), their rows become the columns and
+        the leases are written straight from them: the same leases, journal
+        and rows as ``lease``, without a ``StoredMessage`` and a
+        ``LeaseWrite`` per message (half a Spark task's Python). Otherwise,
+        and with ``reclaim`` or traced scans, this is ``lease``.
+        """
+        if reclaim or self._buckets.tracing or not count:
+            leased = self.lease(buckets, count, timeout_ms, hint, token=token, reclaim=reclaim)
+            return LeasedColumns.of(leased)
+        now = now_ms()
+        limit = min(count * hint, self._buckets.bucket_size)
+        rows = [
+            (bucket, row)
+            for bucket, row in self._buckets.scan_visible_rows_many(buckets, now, limit)
+            if live_row(row)
+        ][: count * hint]
+        if len(rows) > count or any(row[Col.DELIVERY_COUNT] for _, row in rows):
+            found = [m for bucket, row in rows if (m := stored_message(row, bucket)) is not None]
+            leased = self._lease_found(found, [], count, timeout_ms, hint, now, token)
+            return LeasedColumns.of(leased)
+        fresh = sorted(
+            ((b, row) for b, row in rows if row[Col.EXPIRES_AT] > now), key=lambda br: br[1][Col.ID]
+        )
+        visible_at = now + timeout_ms
+        self._buckets.write_lease_groups(
+            group_ids(
+                (
+                    ((b, token, visible_at, 1, ttl_left(row[Col.EXPIRES_AT], now)), row[Col.ID])
+                    for b, row in fresh
+                ),
+                BATCH_ROWS,
+            )
+        )
+        n = len(fresh)
+        return LeasedColumns(
+            ids=[row[Col.ID] for _, row in fresh],
+            buckets=[b for b, _ in fresh],
+            payloads=[row[Col.PAYLOAD] for _, row in fresh],
+            headers=[row[Col.HEADERS] or None for _, row in fresh],
+            enqueued_at=[row[Col.ENQUEUED_AT] or 0 for _, row in fresh],
+            delivery_counts=[1] * n,
+            keys=[row[Col.KEY] for _, row in fresh],
+            leases=[token] * n,
+            expires_at=[row[Col.EXPIRES_AT] for _, row in fresh],
+        )
+
+    def _lease_found(
+        self,
+        found: list[StoredMessage],
+        mine: list[StoredMessage],
+        want: int,
+        timeout_ms: int,
+        hint: int,
+        now: int,
+        token: int,
+    ) -> list[Leased]:
+        """``lease`` from its scan on: pick, dead-letter, lease, read back redeliveries."""
         picked = pick_oldest(found, want, hint, self._claims.rng)
         fresh = [m for m in self._past_limit(picked, now) if m.expires_at > now]
         leased = [(m, fresh_lease(m, timeout_ms, now, token)) for m in fresh]

@@ -18,18 +18,18 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 
-from spark_queue.engine.deliveries import Leased, delivery_of
+from spark_queue.engine.deliveries import Leased, LeasedColumns, delivery_of
 from spark_queue.errors import DataLoss
 from spark_queue.message import Delivery, Receipt
 from spark_queue.store.buckets import Buckets
-from spark_queue.store.journal import Journal, JournalEntry
+from spark_queue.store.journal import Journal, JournalEntry, unpack
 from spark_queue.store.message_values import LeaseCheck, LeaseWrite, now_ms
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
 
 Receive = Callable[[], list[Delivery]]
-Lease = Callable[[], list[Leased]]
+Lease = Callable[[], LeasedColumns]
 
 
 def step_lease(queue_id: uuid.UUID, consumer: str, step: int, part: int) -> int:
@@ -104,8 +104,8 @@ class Steps:
         *,
         fail_on_data_loss: bool = False,
         first_attempt: bool = False,
-    ) -> list[Leased]:
-        """Like ``receive`` for a caller that needs no receipts: messages with their leases.
+    ) -> LeasedColumns:
+        """Like ``receive`` for a caller that needs no receipts: the leased messages as columns.
 
         The journal is written from the leases themselves, so no receipt is
         encoded and decoded per message (the Spark source hands out rows).
@@ -123,15 +123,16 @@ class Steps:
         """
         recorded = None if first_attempt else self._journal.recorded(consumer, step, part)
         if recorded is not None:
-            return self._replay(consumer, step, part, recorded, fail_on_data_loss)
+            return LeasedColumns.of(self._replay(consumer, step, part, recorded, fail_on_data_loss))
         leased = lease()
-        entries = [
-            JournalEntry(w.bucket, w.id, w.lease, w.expires_at, w.delivery_count) for _, w in leased
-        ]
-        first = self._journal.record(consumer, step, part, entries)
+        data = leased.journal()
+        first = self._journal.record_packed(consumer, step, part, data)
         if first is None:
             return leased
-        return self._lost_the_record(consumer, step, part, entries, first, fail_on_data_loss)
+        replayed = self._lost_the_record(
+            consumer, step, part, unpack(data), first, fail_on_data_loss
+        )
+        return LeasedColumns.of(replayed)
 
     def _lost_the_record(
         self,

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from spark_queue.config import QueueSettings
 from spark_queue.engine.counters import QueueCounters
-from spark_queue.engine.deliveries import Leased
+from spark_queue.engine.deliveries import LeasedColumns
 from spark_queue.engine.receiving import Receiver
 from spark_queue.engine.step_journal import Steps, step_lease
 from spark_queue.errors import InvalidSetting
@@ -124,11 +124,12 @@ class QueueSteps:
         fail_on_data_loss: bool = False,
         reclaim: bool = False,
         first_attempt: bool = False,
-    ) -> list[Leased]:
-        """``receive`` in named buckets, as messages with their leases (no receipts).
+    ) -> LeasedColumns:
+        """``receive`` in named buckets, as the leased messages' columns (no receipts).
 
         For a caller that hands out the messages' fields and acks the step as a
-        whole (the Spark source): it skips building a receipt per message.
+        whole (the Spark source): it skips a receipt per message and, for first
+        deliveries, any object per message (``BucketReceiver.lease_columns``).
         Leased under the step part's own token, as ``receive`` does.
         ``first_attempt``: no attempt of this part ran before, so the journal
         holds nothing for it and is not read (see ``Steps.receive_leased``).
@@ -141,8 +142,8 @@ class QueueSteps:
         )
         token = step_lease(self._queue.queue_id, consumer, step, part)
 
-        def lease() -> list[Leased]:
-            leased = self._receiver.named.lease(
+        def lease() -> LeasedColumns:
+            leased = self._receiver.named.lease_columns(
                 buckets, count, timeout_ms, hint, token=token, reclaim=reclaim
             )
             self._counts.received.inc(len(leased))

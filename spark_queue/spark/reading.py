@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from spark_queue.defaults import MAX_BATCH
-from spark_queue.engine.deliveries import Leased
+from spark_queue.engine.deliveries import LeasedColumns
 from spark_queue.message import Message
 from spark_queue.queue import Queue
 from spark_queue.spark import slicing
@@ -117,37 +117,37 @@ def to_record_batch(queue: str, messages: Sequence[Message]) -> pa.RecordBatch:
     )
 
 
-def leased_record_batch(queue: str, leased: Sequence[Leased]) -> pa.RecordBatch:
-    """Leased messages as an Arrow batch of the source schema, a column at a time.
+def leased_record_batch(queue: str, leased: LeasedColumns) -> pa.RecordBatch:
+    """Leased messages as an Arrow batch of the source schema, from their columns.
 
     Stored times are integer milliseconds, so ``enqueued_at`` is one vectorised
-    multiply instead of a datetime per row; headers (usually empty) become a
+    multiply instead of a datetime per row; headers (usually none) become a
     map column from flat keys, values and offsets.
     """
     rows = len(leased)
     offsets: list[int] = [0]
     keys: list[str] = []
     values: list[str] = []
-    for m, _ in leased:
-        if m.headers:
-            keys.extend(m.headers.keys())
-            values.extend(m.headers.values())
+    for headers in leased.headers:
+        if headers:
+            keys.extend(headers.keys())
+            values.extend(headers.values())
         offsets.append(len(keys))
-    enqueued_ms = pa.array([m.enqueued_at for m, _ in leased], pa.int64())
+    enqueued_ms = pa.array(leased.enqueued_at, pa.int64())
     return pa.RecordBatch.from_arrays(
         [
             pa.repeat(queue, rows) if rows else pa.array([], pa.string()),
-            pa.array([m.id for m, _ in leased], pa.int64()),
-            pa.array([m.bucket for m, _ in leased], pa.int64()),
-            pa.array([m.payload for m, _ in leased], pa.binary()),
+            pa.array(leased.ids, pa.int64()),
+            pa.array(leased.buckets, pa.int64()),
+            pa.array(leased.payloads, pa.binary()),
             pa.MapArray.from_arrays(
                 pa.array(offsets, pa.int32()),
                 pa.array(keys, pa.string()),
                 pa.array(values, pa.string()),
             ),
             pc.multiply(enqueued_ms, 1000).cast(pa.timestamp("us", tz="UTC")),
-            pa.array([w.delivery_count for _, w in leased], pa.int32()),
-            pa.array([m.key for m, _ in leased], pa.string()),
+            pa.array(leased.delivery_counts, pa.int32()),
+            pa.array(leased.keys, pa.string()),
         ],
         schema=ARROW_SCHEMA,
     )

@@ -220,15 +220,27 @@ class Buckets(MessageWrites):
         Up to ``limit`` messages of each bucket: a task reading several buckets
         waits for one round trip instead of one per bucket.
         """
+        return [
+            m
+            for bucket, row in self.scan_visible_rows_many(buckets, now, limit)
+            if (m := stored_message(row, bucket)) is not None
+        ]
+
+    def scan_visible_rows_many(
+        self, buckets: Sequence[int], now: int, limit: int
+    ) -> list[tuple[int, Sequence[Any]]]:
+        """``scan_visible_many`` as ``(bucket, row of MESSAGE_COLUMNS)``, rows as read.
+
+        For a caller that turns rows into columns without a message object
+        each; a row of an expired message (``stored_message`` gives None) is
+        left in.
+        """
         results = self.store.execute_many(
             [(SCAN_VISIBLE, (self.queue_id, b, now, limit)) for b in buckets],
             what="receiving messages",
         )
         return [
-            m
-            for bucket, result in zip(buckets, results, strict=True)
-            for row in result
-            if (m := stored_message(row, bucket)) is not None
+            (bucket, row) for bucket, result in zip(buckets, results, strict=True) for row in result
         ]
 
     # -- pointers ------------------------------------------------------------------

@@ -56,6 +56,17 @@ def pack(entries: Sequence[JournalEntry]) -> bytes:
     )
 
 
+def pack_columns(
+    buckets: Sequence[int],
+    ids: Sequence[int],
+    leases: Sequence[int],
+    expires_at: Sequence[int],
+    delivery_counts: Sequence[int],
+) -> bytes:
+    """``pack`` of entries given a field at a time (no entry object each)."""
+    return b"".join(map(_ENTRY.pack, buckets, ids, leases, expires_at, delivery_counts))
+
+
 def unpack(data: bytes | None) -> list[JournalEntry]:
     return [JournalEntry(*fields) for fields in _ENTRY.iter_unpack(data or b"")]
 
@@ -77,10 +88,14 @@ class Journal:
             attempt that recorded first (empty if its step was acked and
             forgotten since), which this attempt must hand out instead.
         """
+        return self.record_packed(consumer, step, part, pack(entries))
+
+    def record_packed(
+        self, consumer: str, step: int, part: int, data: bytes
+    ) -> list[JournalEntry] | None:
+        """``record`` of entries packed already (``pack``, ``pack_columns``)."""
         row = self.store.execute(
-            RECORD,
-            (self.queue_id, consumer, step, part, pack(entries)),
-            what="recording leased messages",
+            RECORD, (self.queue_id, consumer, step, part, data), what="recording leased messages"
         ).one()
         if row is not None and row[0]:
             return None

@@ -14,7 +14,7 @@ import functools
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -27,6 +27,14 @@ MESSAGE_COLUMNS = (
 )
 #: Where ``acked`` sits in a row that selects it after ``MESSAGE_COLUMNS``.
 _ACKED = 10
+
+
+class Col:
+    """Where each of ``MESSAGE_COLUMNS`` sits in a row, for code that reads rows as read."""
+
+    ID, PAYLOAD, HEADERS, ENQUEUED_AT, VISIBLE_AT, EXPIRES_AT, DELIVERY_COUNT, LEASE, KEY, LANE = (
+        range(10)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +116,24 @@ def ttl_left(expires_at: int, now: int) -> int:
     return max(1, math.ceil((expires_at - now) / 1000))
 
 
+def live_row(row: Sequence[Any]) -> bool:
+    """Whether a row of ``MESSAGE_COLUMNS`` holds a message.
+
+    An expired message's cells can outlive its payload briefly.
+    """
+    return (
+        row[Col.PAYLOAD] is not None
+        and row[Col.VISIBLE_AT] is not None
+        and row[Col.EXPIRES_AT] is not None
+    )
+
+
 def stored_message(row: Sequence[Any], bucket: int) -> StoredMessage | None:
     """A row of ``MESSAGE_COLUMNS`` (and optionally ``acked``) as a message, or None.
 
-    None for a row of an expired message: its cells can outlive its payload briefly.
+    None for a row of an expired message (``live_row``).
     """
-    if row[1] is None or row[4] is None or row[5] is None:
+    if not live_row(row):
         return None
     return StoredMessage(
         id=row[0],
@@ -190,9 +210,18 @@ def by_shared_values(
 
     Each group is ``((bucket, *shared, ttl), ids)``: one ``UPDATE ... WHERE id IN``.
     """
+    return group_ids(
+        (((w.bucket, *shared(w), ttl_left(w.expires_at, now)), w.id) for w in writes), limit
+    )
+
+
+def group_ids(
+    keyed: Iterable[tuple[tuple[int, ...], int]], limit: int
+) -> list[tuple[tuple[int, ...], list[int]]]:
+    """``(key, id)`` pairs as ``(key, ids)`` groups, first seen first, ``limit`` ids at most."""
     groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
-    for w in writes:
-        groups[(w.bucket, *shared(w), ttl_left(w.expires_at, now))].append(w.id)
+    for key, message_id in keyed:
+        groups[key].append(message_id)
     return [
         (values, ids[i : i + limit])
         for values, ids in groups.items()

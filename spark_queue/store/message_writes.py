@@ -429,11 +429,16 @@ class MessageWrites:
         client binds one statement instead of a batch row per message (the
         binding, in Python, cost more than the write).
         """
+        shared = by_shared_values(
+            leases, now, lambda w: (w.lease, w.visible_at, w.delivery_count), BATCH_ROWS
+        )
+        self.write_lease_groups(shared)
+
+    def write_lease_groups(self, groups: Iterable[tuple[tuple[int, ...], Sequence[int]]]) -> None:
+        """One ``UPDATE ... WHERE id IN`` per ``((bucket, lease, visible_at, count, ttl), ids)``."""
         statements = [
             (LEASE_IN, (ttl, lease, visible_at, count, self.queue_id, bucket, ids))
-            for (bucket, lease, visible_at, count, ttl), ids in by_shared_values(
-                leases, now, lambda w: (w.lease, w.visible_at, w.delivery_count), BATCH_ROWS
-            )
+            for (bucket, lease, visible_at, count, ttl), ids in groups
         ]
         self.store.execute_many(statements, what="leasing received messages")
 
