@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import marshal
 import os
 import subprocess
 import sys
@@ -93,7 +94,9 @@ def test_python_imports_the_added_bytecode_instead_of_compiling(archive: Path) -
     assert after == {"value": 1, "file": f"{archive}/pkgx/mod.pyc", "compiled": []}
 
 
-def test_other_entries_are_copied_unchanged(archive: Path) -> None:
+def test_other_entries_and_the_comment_are_copied_unchanged(archive: Path) -> None:
+    with zipfile.ZipFile(archive, "a") as before:
+        before.comment = b"built by spark"
     with zipfile.ZipFile(archive) as before:
         entries = {i.filename: (before.read(i), i.date_time) for i in before.infolist()}
 
@@ -101,6 +104,7 @@ def test_other_entries_are_copied_unchanged(archive: Path) -> None:
 
     with zipfile.ZipFile(archive) as after:
         kept = {i.filename: (after.read(i), i.date_time) for i in after.infolist()}
+        assert after.comment == b"built by spark"
     assert {name: kept[name] for name in entries} == entries
     assert set(kept) - set(entries) == {"pkgx/__init__.pyc", "pkgx/mod.pyc"}
 
@@ -214,3 +218,13 @@ def test_the_command_checks_then_compiles(tmp_path: Path) -> None:
     assert checked.exit_code == 0, checked.output
     report = json.loads(checked.stdout)
     assert (report["modules"], report["compiled"], report["complete"]) == (2, 2, True)
+
+
+def test_bytecode_names_its_source_by_absolute_path(
+    archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(archive.parent)
+    compile_zip(Path(archive.name))  # a relative path, as --spark-home may be given
+    with zipfile.ZipFile(archive) as after:
+        code = marshal.loads(after.read("pkgx/mod.pyc")[16:])
+    assert code.co_filename == f"{archive.resolve()}/pkgx/mod.py"

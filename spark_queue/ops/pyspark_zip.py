@@ -144,7 +144,8 @@ def _scan(path: Path, archive: zipfile.ZipFile) -> tuple[int, int, dict[str, byt
         if name + "c" in entries and _current(archive.read(entries[name + "c"]), source):
             compiled += 1
         else:
-            missing[name] = _bytecode(source, f"{path}/{name}")
+            # the name a traceback shows: where zipimport would have compiled it from
+            missing[name] = _bytecode(source, f"{path.resolve()}/{name}")
     return modules, compiled, missing
 
 
@@ -159,6 +160,7 @@ def _rewrite(path: Path, archive: zipfile.ZipFile, added: dict[str, bytes]) -> N
         ) from None
     try:
         with os.fdopen(handle, "wb") as out, zipfile.ZipFile(out, "w") as copy:
+            copy.comment = archive.comment
             for info in archive.infolist():
                 if info.filename in added:
                     continue  # stale bytecode, replaced beside its source
