@@ -52,8 +52,9 @@ class LeaseRenewal:
         renew: Renews one step's leases on one queue.
         period: Seconds between rounds (``renewal_period``).
         name: Names the thread and the logs (the source's queues).
-        parent: The process whose end ends the renewals. Default: the parent
-            of the process that makes this one (Spark's JVM, for the runner).
+        parent: The pid whose end ends the renewals. Default: the parent of
+            the process this object is made in (Spark's JVM, for the source
+            runner).
     """
 
     def __init__(self, renew: Renew, period: float, name: str, parent: int | None = None) -> None:
