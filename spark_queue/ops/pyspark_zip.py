@@ -124,11 +124,12 @@ def compile_zip(path: Path) -> ZipBytecode:
         InvalidSetting: ``path`` is not a zip archive, or its folder is not writable.
     """
     with _open(path) as archive:
-        _, _, missing = _scan(path, archive)
+        modules, compiled, missing = _scan(path, archive)
         added = {name + "c": code for name, code in missing.items() if code is not None}
         if added:
             _rewrite(path, archive, added)
-    return inspect_zip(path)
+    uncompilable = len(missing) - len(added)
+    return ZipBytecode(path, modules, compiled + len(added), uncompilable, path.stat().st_size)
 
 
 def _scan(path: Path, archive: zipfile.ZipFile) -> tuple[int, int, dict[str, bytes | None]]:
