@@ -60,12 +60,11 @@ def compile_zip_command(home: Path | None, check: bool, as_json: bool) -> None:
 
 
 def _summary(found: ZipBytecode) -> str:
-    lacking = found.modules - found.compiled - found.uncompilable
     state = f"bytecode for Python {_python()} in {found.compiled} of {found.modules} modules" + (
         f" ({found.uncompilable} do not compile)" if found.uncompilable else ""
     )
-    if lacking:
-        return f"{found.path}: {state}; {lacking} lack it: run `bdq spark compile-zip`"
+    if found.lacking:
+        return f"{found.path}: {state}; {found.lacking} lack it: run `bdq spark compile-zip`"
     return f"{found.path}: {state} ({found.size / 1e6:.1f} MB)"
 
 

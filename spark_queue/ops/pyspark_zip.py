@@ -65,9 +65,14 @@ class ZipBytecode:
     size: int
 
     @property
+    def lacking(self) -> int:
+        """Modules this Python could compile that have no bytecode it would use."""
+        return self.modules - self.compiled - self.uncompilable
+
+    @property
     def complete(self) -> bool:
         """Every module this Python can compile has bytecode it would use."""
-        return self.compiled + self.uncompilable == self.modules
+        return not self.lacking
 
 
 def spark_home() -> Path:
