@@ -167,8 +167,9 @@ class BucketReceiver:
         whose late consumer could ack it), their rows become the columns and
         the leases are written straight from them: the same leases, journal
         and rows as ``lease``, without a ``StoredMessage`` and a
-        ``LeaseWrite`` per message (half a Spark task's Python). Otherwise,
-        and with ``reclaim`` or traced scans, this is ``lease``.
+        ``LeaseWrite`` per message (outside Spark, a part of 5,000 took 90 ms
+        instead of 115). Otherwise, and with ``reclaim`` or traced scans,
+        this is ``lease``.
         """
         if reclaim or self._buckets.tracing or not count:
             leased = self.lease(buckets, count, timeout_ms, hint, token=token, reclaim=reclaim)
