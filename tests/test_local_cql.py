@@ -11,7 +11,7 @@ from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings, parse_hosts
 from spark_queue.errors import BackendUnavailable
 from spark_queue.local import cql
-from spark_queue.store.session import TABLES
+from spark_queue.store.schema import TABLES
 
 
 @pytest.fixture

@@ -38,7 +38,8 @@ from dataclasses import dataclass
 
 from spark_queue.errors import InvalidSetting
 from spark_queue.store.driver_errors import translate_errors
-from spark_queue.store.session import TABLES, Store
+from spark_queue.store.schema import TABLES
+from spark_queue.store.session import Store
 
 __all__ = ["PARTS", "Part", "grant", "grant_statements"]
 

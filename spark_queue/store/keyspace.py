@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from spark_queue.config import ConnectionSettings, check_keyspace
 from spark_queue.errors import InvalidSetting, KeyspaceExists, KeyspaceNotFound
 from spark_queue.store.driver_errors import translate_errors
-from spark_queue.store.session import (
+from spark_queue.store.schema import (
     ADDED_COLUMNS,
     TABLES,
     missing_schema,

@@ -42,7 +42,8 @@ from spark_queue.store.memory_conditions import APPLIED, Change, run
 from spark_queue.store.memory_cql import Refused, Select, Statement, parse
 from spark_queue.store.memory_schema import CreateKeyspace, parse_ddl
 from spark_queue.store.memory_tables import Clock, Table
-from spark_queue.store.session import Params, Store, schema_statements
+from spark_queue.store.schema import schema_statements
+from spark_queue.store.session import Params, Store
 
 __all__ = ["MemoryBatch", "MemoryFuture", "MemoryResult", "MemoryStatement", "MemoryStore"]
 

@@ -19,11 +19,11 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from importlib import resources
 from typing import Any, ClassVar, TypeVar
 
 from cassandra import (
     ConsistencyLevel,
+    DriverException,
     ProtocolVersion,
     UnresolvableContactPoints,
 )
@@ -52,6 +52,7 @@ from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting, KeyspaceNotFound
 from spark_queue.store.binding import RowBinder, add_rows
 from spark_queue.store.driver_errors import never_sent, translate_errors
+from spark_queue.store.schema import missing_schema
 
 log = logging.getLogger(__name__)
 
@@ -92,30 +93,6 @@ SERIAL_READ = "bdq-serial-read"
 Params = Sequence[Any]
 T = TypeVar("T")
 
-#: The tables of ``schema.cql``, in its order.
-TABLES = (
-    "queues",
-    "sequences",
-    "pointers",
-    "messages",
-    "journal",
-    "send_log",
-    "bucket_counts",
-    "ownership",
-    "lane_ownership",
-)
-
-#: ``(table, column, type)`` added to schema.cql after its first release: older
-#: keyspaces get them by ALTER (``bdq keyspace create NAME --exist-ok``), and
-#: their older rows hold none.
-ADDED_COLUMNS = (
-    ("messages", "payload_bytes", "int"),
-    ("messages", "lane", "int"),
-    ("queues", "lanes", "int"),
-    ("send_log", "digests", "blob"),
-    ("messages", "key", "text"),
-)
-
 
 class Store:
     """A session on one keyspace that holds the queue schema.
@@ -147,6 +124,7 @@ class Store:
         self.cluster = _make_cluster(settings)
         with translate_errors(f"connecting to Cassandra at {_hosts(settings)}"):
             self.session: Session = self.cluster.connect()
+            _load_replication(self.cluster, self.keyspace)
         if check_schema:
             try:
                 check_schema_of(self.session, settings)
@@ -322,22 +300,20 @@ class Store:
             return self.session.execute_async(statement, tuple(params))
 
 
-def missing_schema(session: Session, keyspace: str) -> tuple[list[str], list[str]] | None:
-    """What ``keyspace`` lacks of ``schema.cql``: ``(tables, "table.column"s)``; None: no keyspace.
+def _load_replication(cluster: Cluster, keyspace: str) -> None:
+    """Load ``keyspace``'s replication into the driver's metadata, for token-aware routing.
 
-    Read from the driver's schema metadata, which it keeps current: no query.
+    A store's cluster fetches no schema on connect (``schema_metadata_enabled``
+    off): the whole cluster's schema cost each connect 60-120 ms on a node of
+    ten keyspaces, on the path of every Spark query's start and every ``bdq``
+    command. The replica map needs only this keyspace's replication row.
     """
-    # Unquoted names, as spark-queue writes them, are lower case in Cassandra.
-    metadata = session.cluster.metadata.keyspaces.get(keyspace.lower())
-    if metadata is None:
-        return None
-    tables = metadata.tables
-    columns = [
-        f"{table}.{column}"
-        for table, column, _ in ADDED_COLUMNS
-        if table in tables and column not in tables[table].columns
-    ]
-    return [t for t in TABLES if t not in tables], columns
+    try:
+        cluster.refresh_keyspace_metadata(keyspace.lower())
+    except DriverException as e:
+        log.warning(
+            "keyspace %r: replication not loaded (%s); requests go round robin", keyspace, e
+        )
 
 
 def check_schema_of(session: Session, settings: ConnectionSettings) -> None:
@@ -361,13 +337,6 @@ def check_schema_of(session: Session, settings: ConnectionSettings) -> None:
             f"keyspace {keyspace!r} holds the tables of an older spark-queue (no column"
             f" {', '.join(columns)}): upgrade them with `bdq keyspace create {keyspace} --exist-ok`"
         )
-
-
-def schema_statements(keyspace: str) -> list[str]:
-    """The packaged ``schema.cql``, split into statements, for ``keyspace``."""
-    text = resources.files("spark_queue.store").joinpath("schema.cql").read_text()
-    lines = [line for line in text.splitlines() if not line.strip().startswith("--")]
-    return [s.strip().format(keyspace=keyspace) for s in "\n".join(lines).split(";") if s.strip()]
 
 
 def _hosts(settings: ConnectionSettings) -> str:
@@ -404,6 +373,7 @@ def _make_cluster(settings: ConnectionSettings) -> Cluster:
         settings,
         contact_points,
         port=port,
+        schema_metadata_enabled=False,  # see _load_replication
         # Requests over one 4 KiB write (a batch of messages) would otherwise
         # wait ~40 ms for the server's delayed ACK (Nagle's algorithm).
         sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
