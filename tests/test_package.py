@@ -457,3 +457,21 @@ def test_send_and_receive_with_the_wheel(installed: Installed, wheel_env: dict[s
 
     assert [m["payload"] for m in json.loads(received.stdout)] == ["from the wheel"]
     assert json.loads(left.stdout) == []
+
+
+def test_a_source_runner_imports_neither_the_sink_nor_pyarrow_compute() -> None:
+    # Spark starts a fresh Python process per streaming query to host its source,
+    # which imports pyspark's runner and then the connector: both are part of
+    # every query's start, and a source never writes (30 ms of imports saved).
+    unwanted = ("spark_queue.spark.sink", "pyarrow.compute")
+    probe = (
+        "import sys\n"
+        "import pyspark.sql.streaming.python_streaming_source_runner\n"
+        "import spark_queue.spark.datasource\n"
+        f"print(sorted(m for m in {unwanted!r} if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]"]

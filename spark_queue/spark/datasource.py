@@ -23,7 +23,6 @@ from spark_queue.spark.options import (
     SinkOptions,
     SourceOptions,
 )
-from spark_queue.spark.sink import BdqBatchWriter, BdqStreamWriter, check_sink_schema
 from spark_queue.spark.source import SCHEMA, BdqBatchReader, BdqStreamReader
 from spark_queue.spark.worker_gc import settled
 
@@ -120,8 +119,13 @@ class BdqDataSource(DataSource):
         stopping.stop_on_sigterm(reader.stop)
         return reader
 
+    # The sink is imported where it is used: a source query's runner process
+    # never writes, and the sink's imports are part of every query's start.
+
     @settled
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from spark_queue.spark.sink import BdqBatchWriter, check_sink_schema
+
         options = SinkOptions.parse(self._options(SINK_OPTIONS))
         if overwrite:
             raise InvalidSetting("save mode 'overwrite': the bdq sink only appends messages")
@@ -130,6 +134,8 @@ class BdqDataSource(DataSource):
 
     @settled
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from spark_queue.spark.sink import BdqStreamWriter, check_sink_schema
+
         options = SinkOptions.parse(self._options(SINK_OPTIONS))
         check_sink_schema(schema, options)
         return BdqStreamWriter(options)
