@@ -92,6 +92,10 @@ def test_python_imports_the_added_bytecode_instead_of_compiling(archive: Path) -
     assert found.complete
     after = probe(archive)
     assert after == {"value": 1, "file": f"{archive}/pkgx/mod.pyc", "compiled": []}
+    # stored as is, which zipimport reads without inflating
+    with zipfile.ZipFile(archive) as compiled:
+        kinds = {i.filename: i.compress_type for i in compiled.infolist()}
+    assert kinds["pkgx/mod.pyc"] == kinds["pkgx/__init__.pyc"] == zipfile.ZIP_STORED
 
 
 def test_other_entries_and_the_comment_are_copied_unchanged(archive: Path) -> None:
