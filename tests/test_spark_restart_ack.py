@@ -5,11 +5,14 @@ in between leaves batch N+1 to replay and Spark, on restart, replays it without
 calling ``commit`` for N again, so the restarted reader must ack N itself: else
 N's messages stay leased until their timeout and are then delivered again (the
 random-kill relay found 3000 duplicates and 1500 messages left that way).
+With nothing new after a step, the reader acks it when Spark asks what
+follows, instead of planning an empty step for Spark to commit it.
 The reader's calls are made here as Spark makes them (real Cassandra, no job).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +23,7 @@ from spark_queue import ConnectionSettings, QueueClient
 from spark_queue.queue import Queue
 from spark_queue.spark.options import SourceOptions, connector_options
 from spark_queue.spark.sharing import BucketSharing
-from spark_queue.spark.source import BdqStreamReader
+from spark_queue.spark.source import IDLE_POLL, BdqStreamReader
 
 pytestmark = [pytest.mark.cassandra]
 
@@ -93,3 +96,32 @@ def test_a_restarted_reader_owns_again_the_buckets_its_dead_driver_took(
 
     # Then it plans them again instead of leaving them out until the period ends
     assert end["buckets"] == [0, 1]
+
+
+def test_with_nothing_new_the_reader_acks_the_last_step_without_an_empty_step(
+    relay: tuple[Queue, SourceOptions],
+) -> None:
+    queue, options = relay
+    reader = BdqStreamReader(options)
+    try:
+        # Given a step read and committed in the sink
+        start = reader.initialOffset()
+        one = reader.latestOffset(start, ReadMaxRows(40))
+        assert run_batch(reader, start, one) == 40
+        assert queue.stats().in_flight == 40
+
+        # When Spark, having committed it, asks what follows and nothing does
+        after = reader.latestOffset(one, ReadMaxRows(40))
+
+        # Then the answer is the same offset (Spark runs no batch) and the step is acked
+        assert after == one
+        assert queue.stats().total == 0
+
+        # And a message sent later is the next step, from that offset
+        queue.send_batch([b"late"])
+        time.sleep(2 * IDLE_POLL)  # past the reuse of the idle answer
+        two = reader.latestOffset(one, ReadMaxRows(40))
+        assert two["step"] == one["step"] + 1
+        assert run_batch(reader, one, two) == 1
+    finally:
+        reader.stop()

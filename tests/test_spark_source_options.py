@@ -103,8 +103,8 @@ def test_min_messages_per_trigger_waits_for_a_full_batch_unless_the_delay_passed
         assert queue.stats().in_flight == 0
         queue.send_batch([f"g{i}" for i in range(15)])
         wait_for(lambda: spark.table(table).count() == 25, 120, "25 rows")
-        # Acked once Spark commits the step (the next trigger, an empty step): a stop
-        # before that would leave the 25 leased, back for the next query in 30 s.
+        # Acked once Spark asks what follows the committed step (the next trigger): a
+        # stop before that would leave the 25 leased, back for the next query in 30 s.
         wait_for(lambda: queue.stats().in_flight == 0, 120, "the 25 acked")
     finally:
         query.stop()

@@ -256,13 +256,25 @@ class BdqStreamReader(StepTrackingReader, SupportsTriggerAvailableNow):
             self._last_batch = time.monotonic()
             self._track(end)
             return end.to_dict()
-        if begin.buckets or recreated:
-            # Nothing new, but the last step leased messages: an empty step
-            # makes Spark commit it now instead of after the next message.
-            # A queue re-created (failOnDataLoss=false): it records the new incarnation.
+        if recreated:
+            # A queue re-created (failOnDataLoss=false): an empty step records the
+            # new incarnation (and Spark commits the last step while planning it).
             return Offset(begin.stream, begin.step + 1, incarnations=incarnations).to_dict()
+        if begin.buckets:
+            self._ack_last(begin, start)
         self._idle_answer = (key, time.monotonic() + IDLE_POLL)
         return start
+
+    def _ack_last(self, begin: Offset, start: dict[str, Any]) -> None:
+        """Nothing new after step ``begin``: ack it now and wait (docs/spark.md, "Acking").
+
+        Spark asks for the offset after a batch only once its sink committed it and
+        ``commits/N`` is written; its own ``commit`` would come with the next batch,
+        never for ``availableNow``'s last. No empty step: 0.1-0.2 s of each drain.
+        """
+        if self._acked_step is None or begin.step > self._acked_step:
+            self.commit(start)
+            self._acks.wait()
 
     def _check_incarnations(self, begin: Offset, ids: dict[str, str]) -> set[str]:
         """Queues re-created since ``begin`` was planned (spark_queue.spark.incarnations)."""
