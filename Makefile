@@ -9,6 +9,7 @@
 #   make docs   build the docs site into site/ with mkdocs --strict (executes the
 #               walk-through notebook, so it starts the local node if needed)
 #   make stop   stop the local Cassandra node
+#   make bytecode  compile spark-queue's modules (before a benchmark, after an edit)
 #
 # The virtual environment (.venv) is rebuilt only when pyproject.toml or
 # constraints.txt change. PYTHON picks the interpreter it is built from.
@@ -24,7 +25,7 @@ RUN_ARGS ?=
 # The fast tier: tests that need neither Cassandra nor Spark (conftest marks the others).
 FAST := not cassandra and not spark and not multinode
 
-.PHONY: run test check lint docs stop venv faketime
+.PHONY: run test check lint docs stop venv faketime bytecode
 
 venv: $(STAMP)
 
@@ -40,11 +41,18 @@ $(STAMP): pyproject.toml constraints.txt
 	env -u SPARK_HOME $(BDQ) spark compile-zip
 	@touch $@
 
-run: $(STAMP)
+# The editable install's own bytecode, as pip writes a wheel's: under
+# PYTHONDONTWRITEBYTECODE=1 Python writes none, and every process Spark starts for a
+# query compiles spark-queue again (docs/spark.md, "Python start-up"). Only what changed
+# is compiled again.
+bytecode: $(STAMP)
+	@$(BIN)/python -m compileall -q spark_queue pyspark_bdq.py
+
+run: bytecode
 	$(BDQ) cassandra start
 	$(BIN)/python jobs/demo.py $(RUN_ARGS)
 
-test: $(STAMP) faketime
+test: bytecode faketime
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The clock-skew fault level runs the Spark relay under Debian's faketime (libfaketime).
@@ -73,6 +81,6 @@ check: $(STAMP)
 	$(BIN)/python -m pytest -m "$(FAST)" $(PYTEST_ARGS); status=$$?; \
 	echo "make check: $$(( $$(date +%s) - start )) s"; exit $$status
 
-docs: $(STAMP)
+docs: bytecode
 	$(BDQ) cassandra start
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

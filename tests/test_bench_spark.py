@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -32,6 +33,7 @@ from spark_queue.bench.spark_bench_results import (
     WritePhase,
 )
 from spark_queue.cli import main
+from spark_queue.cli.bench_spark import _spark_title
 from spark_queue.errors import InvalidSetting
 from spark_queue.local import cql
 
@@ -196,6 +198,19 @@ def test_without_baseline_or_arrivals_targets_are_unknown() -> None:
     assert (result.sink_ratio, result.source_ratio, result.pipeline_ratio) == (None, None, None)
     assert (result.sink_met, result.source_met, result.latency_met) == (None, None, None)
     assert result.source.batch_rate is None  # no trigger time recorded
+
+
+def test_the_title_names_the_bytecode_each_python_process_would_compile() -> None:
+    result = _result(sink=700.0, source=400.0, p50_ms=None, baseline=None)
+
+    assert "without bytecode" not in _spark_title(replace(result, pyspark_zip_bytecode=True))
+    assert "pyspark.zip without bytecode" in _spark_title(
+        replace(result, pyspark_zip_bytecode=False)
+    )
+    assert "; 7 spark-queue modules without bytecode (`make bytecode`" in _spark_title(
+        replace(result, package_lacking_bytecode=7)
+    )
+    assert replace(result, package_lacking_bytecode=7).to_dict()["package_lacking_bytecode"] == 7
 
 
 @pytest.mark.parametrize(

@@ -72,6 +72,7 @@ from spark_queue.bench.spark_floor import FLOOR_SECONDS, measure_floor
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import BackendUnavailable, InvalidSetting
+from spark_queue.ops.package_bytecode import lacking_bytecode
 from spark_queue.ops.pyspark_zip import inspect_zip, spark_home, zip_of
 from spark_queue.spark.options import connector_options
 from spark_queue.store.session import Store
@@ -309,6 +310,7 @@ def _run(
         baseline_rate=sum(rates) / len(rates) if rates else None,
         baseline_rates=list(rates),
         pyspark_zip_bytecode=_pyspark_zip_bytecode(),
+        package_lacking_bytecode=len(lacking_bytecode()),
     )
 
 

@@ -145,6 +145,8 @@ class SparkBenchResult:
         pyspark_zip_bytecode: Whether the driver's ``pyspark.zip``, which Spark's
             Python processes import pyspark from, holds bytecode for this Python
             (``bdq spark compile-zip``); None when there is no such archive.
+        package_lacking_bytecode: spark-queue's modules that Python compiles at
+            each import, for want of current bytecode (``ops/package_bytecode.py``).
     """
 
     params: SparkBenchParams
@@ -159,6 +161,7 @@ class SparkBenchResult:
     floor: FloorPhase | None = None
     source_floor: StreamPhase | None = None
     pyspark_zip_bytecode: bool | None = None
+    package_lacking_bytecode: int = 0
 
     def _ratio(self, rate: float) -> float | None:
         return rate / self.baseline_rate if self.baseline_rate else None

@@ -190,6 +190,12 @@ def _spark_title(r: SparkBenchResult) -> str:
             else ""
         )
         + _ZIP_STATES[r.pyspark_zip_bytecode]
+        + (
+            f"; {r.package_lacking_bytecode} spark-queue modules without bytecode"
+            " (`make bytecode`: each Python process compiles them)"
+            if r.package_lacking_bytecode
+            else ""
+        )
     )
 
 
