@@ -450,6 +450,20 @@ def test_a_message_row_expires_with_its_ttl(store: Store) -> None:
     assert [m.id for m, _ in buckets.read(0, [0, 1])] == [1]
 
 
+def test_a_held_ack_keeps_each_message_s_own_ttl(store: Store) -> None:
+    _, queue_id, buckets = new_queue(store)
+    now = now_ms()
+    buckets.insert([replace(message(0, now), expires_at=now + 1000), message(1, now)], now)
+
+    buckets.ack_held([(0, 0, now + 1000), (0, 1, now + HOUR)], now)
+
+    assert [acked for _, acked in buckets.read(0, [0, 1])] == [True, True]
+    # message 0's row, its ack too, expires when the message does; message 1's stays
+    ids = "SELECT id FROM {ks}.messages WHERE queue_id = ? AND bucket = 0"
+    waited = eventually(lambda: [r[0] for r in store.rows(ids, (queue_id,))] == [1], 3.0)
+    assert waited <= 2.0
+
+
 UPDATE_IF = (
     "UPDATE {ks}.messages SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
     " IF lease = ? AND acked = false"

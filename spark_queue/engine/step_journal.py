@@ -188,20 +188,21 @@ class Steps:
         ``held``: the caller knows the step's leases still hold, so they are
         not read back (see ``QueueSteps.ack``) and nothing counts as stale.
         """
-        entries = self._journal.step_entries(consumer, step)
-        if not entries:
+        # Fields, not entries: 10,000 objects fewer per 10,000 messages (15 ms of 10,000's ack)
+        fields = self._journal.step_fields(consumer, step)
+        if not fields:
             return 0, 0, set()  # nothing recorded, or acked already: no tombstone to write
-        checks = [LeaseCheck(e.bucket, e.id, e.lease, e.expires_at) for e in entries]
         if held:
-            self._buckets.ack_held(checks, now_ms())
+            self._buckets.ack_held([(b, i, expires) for b, i, _, expires, _ in fields], now_ms())
             stale: set[tuple[int, int]] = set()
         else:
             # A step's leases were renewed while it was open, so nearly all still
             # hold: a read and a plain write per bucket, no Paxos (Buckets.ack_leased).
+            checks = [LeaseCheck(b, i, lease, expires) for b, i, lease, expires, _ in fields]
             stale = self._buckets.ack_leased(checks, now_ms())
         self._journal.forget(consumer, step)
-        acked_in = {e.bucket for e in entries if (e.bucket, e.id) not in stale}
-        return len(entries) - len(stale), len(stale), acked_in
+        acked_in = {b for b, i, *_ in fields if (b, i) not in stale}
+        return len(fields) - len(stale), len(stale), acked_in
 
     def renew(self, consumer: str, step: int, timeout_ms: int) -> tuple[int, int]:
         """Push the leases a step recorded ``timeout_ms`` into the future; ``(renewed, lost)``.

@@ -111,10 +111,17 @@ class Journal:
 
     def step_entries(self, consumer: str, step: int) -> list[JournalEntry]:
         """The entries of every part of one step."""
+        return [JournalEntry(*fields) for fields in self.step_fields(consumer, step)]
+
+    def step_fields(self, consumer: str, step: int) -> list[tuple[int, int, int, int, int]]:
+        """``step_entries`` as ``(bucket, id, lease, expires_at, delivery_count)``, no object each.
+
+        A step's ack reads 10,000 of them per 10,000 messages, on the driver.
+        """
         rows = self.store.rows(
             READ_STEP, (self.queue_id, consumer, step), what="reading the lease journal"
         )
-        return [entry for _, data in sorted(rows) for entry in unpack(data)]
+        return [fields for _, data in sorted(rows) for fields in _ENTRY.iter_unpack(data or b"")]
 
     def forget(self, consumer: str, step: int) -> None:
         self.store.execute(

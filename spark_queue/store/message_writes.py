@@ -23,6 +23,7 @@ from spark_queue.store.message_values import (
     LeaseWrite,
     NewMessage,
     by_shared_values,
+    group_ids,
     insert_cql,
     ttl_left,
 )
@@ -479,20 +480,21 @@ class MessageWrites:
         """
         held = self.leases_of([(c.bucket, c.id) for c in checks])
         stale = {(c.bucket, c.id) for c in checks if held.get((c.bucket, c.id)) != (c.lease, False)}
-        self.ack_held([c for c in checks if (c.bucket, c.id) not in stale], now)
+        kept = [(c.bucket, c.id, c.expires_at) for c in checks if (c.bucket, c.id) not in stale]
+        self.ack_held(kept, now)
         return stale
 
-    def ack_held(self, checks: Sequence[LeaseCheck], now: int) -> None:
-        """Mark messages acked, no lease read: an ``UPDATE ... WHERE id IN`` per bucket.
+    def ack_held(self, targets: Iterable[tuple[int, int, int]], now: int) -> None:
+        """Mark ``(bucket, id, expires_at)`` acked, no lease read: ``UPDATE ... WHERE id IN``.
 
-        For messages the caller processed under leases it knows still hold (a
-        step its driver renewed, acked well within its visibility timeout):
-        marking a processed message acked never loses it, whoever holds it now.
-        """
+        One per bucket and TTL, for messages the caller processed under leases it knows still
+        hold (a step its driver renewed, acked well within its visibility timeout): marking
+        a processed message acked never loses it, whoever holds it now."""
+        keyed = (((bucket, ttl_left(expires_at, now)), i) for bucket, i, expires_at in targets)
         self.store.execute_many(
             [
                 (ACK_IN, (ttl, self.queue_id, bucket, ids))
-                for (bucket, ttl), ids in by_shared_values(checks, now, lambda c: (), BATCH_ROWS)
+                for (bucket, ttl), ids in group_ids(keyed, BATCH_ROWS)
             ],
             what="acking messages",
         )
