@@ -35,11 +35,10 @@ from spark_queue.store.message_values import (
     Col,
     LeaseWrite,
     StoredMessage,
-    group_ids,
+    by_bucket_and_ttl,
     live_row,
     now_ms,
     stored_message,
-    ttl_left,
 )
 from spark_queue.store.message_writes import BATCH_ROWS
 
@@ -190,11 +189,10 @@ class BucketReceiver:
         )
         visible_at = now + timeout_ms
         self._buckets.write_lease_groups(
-            group_ids(
-                (
-                    ((b, token, visible_at, 1, ttl_left(row[Col.EXPIRES_AT], now)), row[Col.ID])
-                    for b, row in fresh
-                ),
+            by_bucket_and_ttl(
+                ((b, row[Col.ID], row[Col.EXPIRES_AT]) for b, row in fresh),
+                now,
+                (token, visible_at, 1),
                 BATCH_ROWS,
             )
         )

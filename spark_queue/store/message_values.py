@@ -215,6 +215,20 @@ def by_shared_values(
     )
 
 
+def by_bucket_and_ttl(
+    targets: Iterable[tuple[int, int, int]], now: int, shared: tuple[int, ...], limit: int
+) -> list[tuple[tuple[int, ...], list[int]]]:
+    """``(bucket, id, expires_at)`` as ``((bucket, *shared, ttl), ids)`` groups, ``limit`` at most.
+
+    ``by_shared_values`` for values every target shares, with no object per target
+    (a Spark step's lease writes and its ack).
+    """
+    return group_ids(
+        (((bucket, *shared, ttl_left(expires_at, now)), i) for bucket, i, expires_at in targets),
+        limit,
+    )
+
+
 def group_ids(
     keyed: Iterable[tuple[tuple[int, ...], int]], limit: int
 ) -> list[tuple[tuple[int, ...], list[int]]]:

@@ -22,8 +22,8 @@ from spark_queue.store.message_values import (
     LeaseCheck,
     LeaseWrite,
     NewMessage,
+    by_bucket_and_ttl,
     by_shared_values,
-    group_ids,
     insert_cql,
     ttl_left,
 )
@@ -490,11 +490,8 @@ class MessageWrites:
         One per bucket and TTL, for messages the caller processed under leases it knows still
         hold (a step its driver renewed, acked well within its visibility timeout): marking
         a processed message acked never loses it, whoever holds it now."""
-        keyed = (((bucket, ttl_left(expires_at, now)), i) for bucket, i, expires_at in targets)
+        groups = by_bucket_and_ttl(targets, now, (), BATCH_ROWS)
         self.store.execute_many(
-            [
-                (ACK_IN, (ttl, self.queue_id, bucket, ids))
-                for (bucket, ttl), ids in group_ids(keyed, BATCH_ROWS)
-            ],
+            [(ACK_IN, (ttl, self.queue_id, bucket, ids)) for (bucket, ttl), ids in groups],
             what="acking messages",
         )
