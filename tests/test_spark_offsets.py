@@ -9,7 +9,7 @@ import pytest
 from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import InvalidSetting
 from spark_queue.spark.offsets import Offset
-from spark_queue.spark.source import shares
+from spark_queue.spark.planning import plan
 
 
 def test_offsets_round_trip_through_canonical_json() -> None:
@@ -63,7 +63,7 @@ def test_foreign_offsets_are_refused(value: dict[str, object]) -> None:
 def test_shares_fill_buckets_oldest_first_within_the_limit(
     limit: int, buckets: int, size: int, expected: list[int]
 ) -> None:
-    result = shares(limit, buckets, size)
+    result = [p.share for p in plan([[("q", b, size) for b in range(buckets)]], limit, 64)]
 
     assert result == expected
     assert sum(result) <= limit

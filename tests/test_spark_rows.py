@@ -8,8 +8,9 @@ import pytest
 
 from spark_queue.engine.deliveries import LeasedColumns, delivery_of
 from spark_queue.errors import InvalidSetting
+from spark_queue.spark.offsets import Offset
+from spark_queue.spark.planning import PARTITION_MESSAGES, group_buckets
 from spark_queue.spark.reading import ARROW_SCHEMA, leased_record_batch, to_record_batch
-from spark_queue.spark.source import PARTITION_MESSAGES, Offset, group_buckets
 from spark_queue.store.message_values import LeaseWrite, StoredMessage
 
 

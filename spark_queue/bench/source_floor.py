@@ -65,7 +65,8 @@ def source_floor_format() -> type:
         SupportsTriggerAvailableNow,
     )
 
-    from spark_queue.spark.source import SCHEMA, grouped_partition_messages
+    from spark_queue.spark.planning import grouped_partition_messages
+    from spark_queue.spark.source import SCHEMA
 
     class FloorSourceReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def __init__(self, rows: int, per_trigger: int, payload_bytes: int) -> None:

@@ -44,7 +44,7 @@ class Offset:
     queues: tuple[str, ...] = ()
     incarnations: tuple[tuple[str, str], ...] = ()
     slices: tuple[Slice | None, ...] = ()
-    #: The input partition of each bucket (``source.group_buckets``); empty: one per bucket.
+    #: The input partition of each bucket (``planning.group_buckets``); empty: one per bucket.
     partition_of: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:

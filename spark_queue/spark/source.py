@@ -14,10 +14,10 @@ How a micro-batch maps onto the queue:
   before returning it, so a replay of the step returns the same messages.
 * **Commit**: Spark commits step N while planning N+1; the source acks what
   step N leased (a lease read and a write per bucket) on a thread of its own,
-  overlapping step N+1 (``spark.acking``). When no new message
-  shows after a step that leased some, the source answers with one empty
-  step so that Spark commits the last one: an idle stream never lets its
-  processed messages' leases run out.
+  overlapping step N+1 (``spark.commit_acks``). When no new message shows
+  after a step that leased some, ``latestOffset`` acks that step itself
+  (``_ack_last``): an idle stream never lets its processed messages' leases
+  run out.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_queue.defaults import MAX_BATCH
 from spark_queue.errors import QueueNotFound, SparkQueueError
 from spark_queue.spark import admission, planning, slicing
 from spark_queue.spark.incarnations import Incarnations, check_part
@@ -81,8 +80,6 @@ SCHEMA = StructType(
         StructField("key", StringType()),
     ]
 )
-#: Messages one input partition reads at most when it groups several buckets.
-PARTITION_MESSAGES = 5000
 #: Most buckets one micro-batch reads.
 MAX_PARTITIONS = 64
 #: Seconds an "all quiet" answer of latestOffset is reused (Spark polls every ~10 ms).
@@ -93,50 +90,6 @@ REPORT_INTERVAL = 10.0
 OWNERSHIP_ROUNDS = 3
 #: Seconds between two matches of ``queuePattern`` against the keyspace's queues.
 PATTERN_REFRESH = 5.0
-
-
-def grouped_partition_messages() -> int:
-    """Most messages of an input partition that groups several buckets (``group_buckets``)."""
-    return min(PARTITION_MESSAGES, MAX_BATCH)
-
-
-def group_buckets(parts: Sequence[tuple[str, int]]) -> tuple[int, ...]:
-    """The input partition of each planned ``(queue, share)``: fewer, larger tasks.
-
-    Spark's cost per task (scheduling, a Python worker round, the Arrow hand-over)
-    was about twice a 1000-message bucket's own read, so buckets of one queue
-    share a partition up to ``PARTITION_MESSAGES`` messages (and one receive's
-    MAX_BATCH). A bucket larger than that keeps a partition of its own.
-    """
-    most = grouped_partition_messages()
-    partition_of: list[int] = []
-    open_group: dict[str, tuple[int, int]] = {}  # queue -> (partition, messages in it)
-    count = 0
-    for queue, share in parts:
-        current = open_group.get(queue)
-        if current is not None and current[1] + share <= most:
-            partition_of.append(current[0])
-            open_group[queue] = (current[0], current[1] + share)
-        else:
-            partition_of.append(count)
-            open_group[queue] = (count, share)
-            count += 1
-    return tuple(partition_of)
-
-
-def shares(limit: int, buckets: int, bucket_size: int) -> list[int]:
-    """Each bucket's share of a batch: up to a bucket's worth each, oldest first.
-
-    One receive returns at most MAX_BATCH messages, so no share is larger.
-    """
-    result = []
-    for _ in range(buckets):
-        share = min(bucket_size, limit, MAX_BATCH)
-        if share <= 0:
-            break
-        result.append(share)
-        limit -= share
-    return result
 
 
 # -- driver side ----------------------------------------------------------------------
@@ -250,7 +203,7 @@ class BdqStreamReader(StepTrackingReader, SupportsTriggerAvailableNow):
                 tuple(p.queue for p in plan),
                 incarnations,
                 slices,
-                () if slices else group_buckets([(p.queue, p.share) for p in plan]),
+                () if slices else planning.group_buckets([(p.queue, p.share) for p in plan]),
             )
             self._planned_step = end.step
             self._last_batch = time.monotonic()
