@@ -41,6 +41,7 @@ from spark_queue.local import cql
 from spark_queue.local.node import LocalCluster
 from spark_queue.local.processes import find_java
 from spark_queue.store.memory import MemoryStore
+from spark_queue.store.session import Store
 
 if TYPE_CHECKING:
     from cassandra.cluster import Session
@@ -154,6 +155,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cassandra)  # it asks for the keyspace when it runs
         if "spark" in names:
             item.add_marker(pytest.mark.spark)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Shut down the process-wide stores the Spark source's calls opened in this process.
+
+    Left open until Python exits, the driver's scheduler may print ``RuntimeError:
+    cannot schedule new futures after shutdown`` after the last test (``Store.close_shared``).
+    """
+    Store.close_shared()
 
 
 def _store_of(item: pytest.Item) -> str:

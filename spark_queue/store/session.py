@@ -143,6 +143,21 @@ class Store:
                 cls._shared[key] = store
             return store
 
+    @classmethod
+    def close_shared(cls) -> None:
+        """Shut down this process's shared stores (``shared``); the next use opens one again.
+
+        For a process about to exit: a cluster left open there may have the
+        driver's scheduler thread submit a task after Python began to shut its
+        executors down, which prints ``RuntimeError: cannot schedule new futures
+        after shutdown`` (scylladb/python-driver#209).
+        """
+        with cls._shared_lock:
+            mine = [k for k in cls._shared if k[0] == os.getpid()]
+            stores = [cls._shared.pop(k) for k in mine]
+        for store in stores:
+            store.cluster.shutdown()
+
     def close(self) -> None:
         """Shut the driver's connections down."""
         with self._shared_lock:
