@@ -20,6 +20,7 @@ from spark_queue.ops.pyspark_zip import (
     ZIP_IN_SPARK_HOME,
     compile_zip,
     inspect_zip,
+    is_test_entry,
     spark_home,
     zip_of,
 )
@@ -232,3 +233,74 @@ def test_bytecode_names_its_source_by_absolute_path(
     with zipfile.ZipFile(archive) as after:
         code = marshal.loads(after.read("pkgx/mod.pyc")[16:])
     assert code.co_filename == f"{archive.resolve()}/pkgx/mod.py"
+
+
+SPARK_TESTS = {
+    "pkgx/tests/": b"",
+    "pkgx/tests/__init__.py": b"",
+    "pkgx/tests/test_mod.py": b"import pkgx.mod\n",
+    "pkgx/sub/tests/helper.txt": b"data of a test",
+    "pkgx/testing/__init__.py": b"HELPER = 3\n",  # public helpers, as pyspark.testing
+    "pkgx/tests.py": b"NOT_A_PACKAGE = 1\n",
+}
+
+
+def test_test_entries_are_those_below_a_package_named_tests() -> None:
+    assert [name for name in SPARK_TESTS if is_test_entry(name)] == [
+        "pkgx/tests/",
+        "pkgx/tests/__init__.py",
+        "pkgx/tests/test_mod.py",
+        "pkgx/sub/tests/helper.txt",
+    ]
+
+
+def test_drop_tests_leaves_the_tests_out_and_compiles_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "archive.zip"
+    make_archive(path, extra=SPARK_TESTS)
+    assert inspect_zip(path).tests == 4
+
+    found = compile_zip(path, drop_tests=True)
+
+    assert (found.tests, found.modules, found.compiled, found.complete) == (0, 4, 4, True)
+    with zipfile.ZipFile(path) as after:
+        names = set(after.namelist())
+    assert not any(is_test_entry(name) for name in names)
+    assert {"pkgx/testing/__init__.pyc", "pkgx/tests.pyc", "pkgx/data.txt"} <= names
+    assert probe(path) == {"value": 1, "file": f"{path}/pkgx/mod.pyc", "compiled": []}
+    assert inspect_zip(path).tests == 0
+
+    # nothing left to drop or compile: not written again
+    written = path.stat()
+    compile_zip(path, drop_tests=True)
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+
+
+def test_without_drop_tests_the_tests_stay_and_are_compiled(tmp_path: Path) -> None:
+    path = tmp_path / "archive.zip"
+    make_archive(path, extra=SPARK_TESTS)
+
+    found = compile_zip(path)
+
+    assert (found.tests, found.modules, found.compiled) == (4, 6, 6)
+    with zipfile.ZipFile(path) as after:
+        assert "pkgx/tests/test_mod.pyc" in after.namelist()
+
+
+def test_the_command_drops_the_tests_and_checks_they_are_gone(tmp_path: Path) -> None:
+    archive = tmp_path / ZIP_IN_SPARK_HOME
+    archive.parent.mkdir(parents=True)
+    make_archive(archive, extra=SPARK_TESTS)
+    runner = CliRunner()
+    command = ["spark", "compile-zip", "--spark-home", str(tmp_path)]
+
+    compiled = runner.invoke(main, command)
+    assert compiled.exit_code == 0, compiled.output
+    assert "4 entries of Spark's own tests" in compiled.output
+    still = runner.invoke(main, [*command, "--check", "--drop-tests"])
+    assert still.exit_code == 1, still.output  # compiled, but the tests are in it
+
+    dropped = runner.invoke(main, [*command, "--drop-tests", "--json"])
+    assert dropped.exit_code == 0, dropped.output
+    assert json.loads(dropped.stdout)["tests"] == 0
+    checked = runner.invoke(main, [*command, "--check", "--drop-tests"])
+    assert checked.exit_code == 0, checked.output
