@@ -76,7 +76,7 @@ lint: $(STAMP)
 	$(BIN)/mypy spark_queue jobs
 	$(BIN)/lint-imports
 
-check: $(STAMP)
+check: bytecode
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory lint && \
 	$(BIN)/python -m pytest -m "$(FAST)" $(PYTEST_ARGS); status=$$?; \
