@@ -131,8 +131,8 @@ def inspect_zip(path: Path) -> ZipBytecode:
         InvalidSetting: ``path`` is not a zip archive.
     """
     with _open(path) as archive:
-        modules, compiled, missing = _scan(path, archive, drop_tests=False)
-        tests = sum(1 for name in archive.namelist() if is_test_entry(name))
+        modules, compiled, missing = _scan(path, archive, left_out=frozenset())
+        tests = len(_test_entries(archive))
     uncompilable = sum(1 for bytecode in missing.values() if bytecode is None)
     return ZipBytecode(path, modules, compiled, uncompilable, path.stat().st_size, tests)
 
@@ -148,15 +148,16 @@ def compile_zip(path: Path, *, drop_tests: bool = False) -> ZipBytecode:
         InvalidSetting: ``path`` is not a zip archive, or its folder is not writable.
     """
     with _open(path) as archive:
-        modules, compiled, missing = _scan(path, archive, drop_tests=drop_tests)
+        tests = _test_entries(archive)
+        left_out = tests if drop_tests else frozenset()
+        modules, compiled, missing = _scan(path, archive, left_out=left_out)
         added = {name + "c": code for name, code in missing.items() if code is not None}
-        tests = sum(1 for name in archive.namelist() if is_test_entry(name))
-        if added or (drop_tests and tests):
-            _rewrite(path, archive, added, drop_tests=drop_tests)
-            tests = 0 if drop_tests else tests
+        if added or left_out:
+            _rewrite(path, archive, added, left_out)
     uncompilable = len(missing) - len(added)
+    kept_tests = len(tests - left_out)
     size = path.stat().st_size
-    return ZipBytecode(path, modules, compiled + len(added), uncompilable, size, tests)
+    return ZipBytecode(path, modules, compiled + len(added), uncompilable, size, kept_tests)
 
 
 def is_test_entry(name: str) -> bool:
@@ -164,18 +165,22 @@ def is_test_entry(name: str) -> bool:
     return "tests" in name.split("/")[:-1]
 
 
+def _test_entries(archive: zipfile.ZipFile) -> frozenset[str]:
+    return frozenset(name for name in archive.namelist() if is_test_entry(name))
+
+
 def _scan(
-    path: Path, archive: zipfile.ZipFile, *, drop_tests: bool
+    path: Path, archive: zipfile.ZipFile, *, left_out: frozenset[str]
 ) -> tuple[int, int, dict[str, bytes | None]]:
     """``(modules, compiled, missing)``: new bytecode by ``.py`` name, None where none compiles.
 
-    With ``drop_tests``, test modules are neither counted nor compiled.
+    Modules named in ``left_out`` (which the rewrite drops) are neither counted nor compiled.
     """
     entries = {info.filename: info for info in archive.infolist()}
     modules = compiled = 0
     missing: dict[str, bytes | None] = {}
     for name, info in entries.items():
-        if not name.endswith(".py") or (drop_tests and is_test_entry(name)):
+        if not name.endswith(".py") or name in left_out:
             continue
         modules += 1
         source = archive.read(info)
@@ -188,11 +193,11 @@ def _scan(
 
 
 def _rewrite(
-    path: Path, archive: zipfile.ZipFile, added: dict[str, bytes], *, drop_tests: bool
+    path: Path, archive: zipfile.ZipFile, added: dict[str, bytes], left_out: frozenset[str]
 ) -> None:
     """Replace ``path`` by a copy of ``archive`` with the ``added`` entries, in one rename.
 
-    With ``drop_tests``, the copy leaves the test entries out.
+    The copy leaves the entries named in ``left_out`` out.
     """
     try:
         handle, temporary = tempfile.mkstemp(prefix=".pyspark-", suffix=".zip", dir=path.parent)
@@ -205,8 +210,8 @@ def _rewrite(
         with os.fdopen(handle, "wb") as out, zipfile.ZipFile(out, "w") as copy:
             copy.comment = archive.comment
             for info in archive.infolist():
-                if info.filename in added or (drop_tests and is_test_entry(info.filename)):
-                    continue  # stale bytecode, replaced beside its source; or a test
+                if info.filename in added or info.filename in left_out:
+                    continue  # stale bytecode, replaced beside its source; or left out
                 copy.writestr(info, archive.read(info))
                 bytecode = added.get(info.filename + "c")
                 if bytecode is not None:
