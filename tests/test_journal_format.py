@@ -11,7 +11,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_queue.store.journal import JournalEntry, pack, pack_columns, unpack, unpack_fields
+from spark_queue.store.journal import JournalEntry, pack, unpack, unpack_fields
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 ENTRIES = st.lists(
@@ -49,19 +49,6 @@ def test_a_record_reads_back_the_entries_it_was_packed_from(entries: list[Journa
 def test_a_record_in_the_first_form_still_reads_back(entries: list[JournalEntry]) -> None:
     """A step recorded by an earlier version is replayed and acked by this one."""
     assert unpack(first_form(entries)) == entries
-
-
-@given(ENTRIES)
-def test_packing_by_columns_packs_what_packing_entries_does(entries: list[JournalEntry]) -> None:
-    columns = pack_columns(
-        [e.bucket for e in entries],
-        [e.id for e in entries],
-        [e.lease for e in entries],
-        [e.expires_at for e in entries],
-        [e.delivery_count for e in entries],
-    )
-
-    assert columns == pack(entries)
 
 
 def test_no_entries_record_nothing() -> None:
