@@ -335,25 +335,39 @@ def test_send_log_keeps_the_first_reservation_and_moves_ids_only_from_the_record
     assert log.read("w", 3, 0, 0) is None
 
     ab, c = [b"digest-a", b"digest-b"], [b"digest-c"]
-    first = (SendState.STAMPED, [5, 6], 1_000, ab)
-    assert log.reserve("w", 3, 0, 0, [5, 6], 1_000, ab) == first
-    # a later (or concurrent) attempt gets the first one's ids, time and digests
-    assert log.reserve("w", 3, 0, 0, [8, 9], 2_000, ab[::-1]) == first
-    assert log.reserve("w", 3, 0, 1, [7], 1_500, c) == (SendState.STAMPED, [7], 1_500, c)
+    first = (SendState.STAMPED, [5, 6], 1_000, ab, 61_000)
+    assert log.reserve("w", 3, 0, 0, [5, 6], 1_000, ab, 61_000) == first
+    # a later (or concurrent) attempt gets the first one's ids, time, digests and expiry
+    assert log.reserve("w", 3, 0, 0, [8, 9], 2_000, ab[::-1], 2_000) == first
+    assert log.reserve("w", 3, 0, 1, [7], 1_500, c, 9_000) == (
+        SendState.STAMPED,
+        [7],
+        1_500,
+        c,
+        9_000,
+    )
 
     assert log.move_ids("w", 3, 0, 0, [5, 6], [5, 10]) == [5, 10]
     assert log.move_ids("w", 3, 0, 0, [5, 6], [5, 11]) == [5, 10]  # moved already: theirs hold
+    # a release of the old ids gets the moved ones; then no id moves any more
+    assert log.begin_release([(("w", 3, 0, 0), [5, 6])]) == {("w", 3, 0, 0): [5, 10]}
+    assert log.move_ids("w", 3, 0, 0, [5, 10], [5, 12]) == [5, 10]
     log.mark_done("w", 3, 0, 0)
 
-    assert log.read("w", 3, 0, 0) == (SendState.DONE, [5, 10], 1_000, ab)
-    assert log.read("w", 3, 0, 1) == (SendState.STAMPED, [7], 1_500, c)
+    assert log.read("w", 3, 0, 0) == (SendState.DONE, [5, 10], 1_000, ab, 61_000)
+    assert log.read("w", 3, 0, 1) == (SendState.STAMPED, [7], 1_500, c, 9_000)
     assert log.read("w", 4, 0, 0) is None
     # the records of one part, by chunk: what a retry lays its rows out by
     assert log.records_of_part("w", 3, 0) == {
-        0: (SendState.DONE, [5, 10], 1_000, ab),
-        1: (SendState.STAMPED, [7], 1_500, c),
+        0: (SendState.DONE, [5, 10], 1_000, ab, 61_000),
+        1: (SendState.STAMPED, [7], 1_500, c, 9_000),
     }
     assert log.records_of_part("w", 3, 1) == {}
+    # a discard takes what no release began, once; a release then leaves it out
+    assert log.discard("w", 3) == [(SendState.STAMPED, [7], 1_500, c, 9_000)]
+    assert log.discard("w", 3) == []
+    assert log.begin_release([(("w", 3, 0, 1), [7])]) == {}
+    assert log.read("w", 3, 0, 1) == (SendState.DISCARDED, [7], 1_500, c, 9_000)
 
 
 def test_the_newest_write_timestamp_wins_whatever_the_order_of_arrival(store: Store) -> None:

@@ -200,6 +200,7 @@ class Sender:
         pending: bool = False,
         now: int | None = None,
         timestamp: int | None = None,
+        expires_at: int | None = None,
     ) -> list[int]:
         """Write messages; return the ids they ended up under.
 
@@ -210,18 +211,22 @@ class Sender:
             now: Their enqueue time in ms (kept across a retry of the same send).
             timestamp: The write timestamp in microseconds (send-once); the
                 driver's by default.
+            expires_at: Their expiry in ms (send-once: the first attempt's); by
+                default ``now`` plus the queue's TTL.
         """
         self._check_alive()
         if ids is None:
             ids = self.reserve(len(outgoing))
         now = now_ms() if now is None else now
-        messages = self.new_messages(outgoing, ids, now, pending=pending)
+        messages = self.new_messages(outgoing, ids, now, pending=pending, expires_at=expires_at)
         if timestamp is not None:  # send-once: its own protocol retries (staging.py)
             self._buckets.insert(messages, now_ms(), timestamp=timestamp)
         else:  # idempotent: repeated with the same ids and write time (store/retries.py)
             stamp = now_us()
             repeated(lambda: self._buckets.insert(messages, now_ms(), timestamp=stamp))
-        return self.landed(outgoing, ids, pending=pending, now=now, timestamp=timestamp)
+        return self.landed(
+            outgoing, ids, pending=pending, now=now, timestamp=timestamp, expires_at=expires_at
+        )
 
     def check_one(
         self,
@@ -248,9 +253,14 @@ class Sender:
         now: int,
         *,
         pending: bool = False,
+        expires_at: int | None = None,
     ) -> list[NewMessage]:
-        """The rows to write for checked messages under reserved ids, enqueued at ``now`` (ms)."""
-        expires_at = now + self._settings().message_ttl * 1000
+        """The rows to write for checked messages under reserved ids, enqueued at ``now`` (ms).
+
+        ``expires_at`` (ms): by default ``now`` plus the queue's TTL.
+        """
+        if expires_at is None:
+            expires_at = now + self._settings().message_ttl * 1000
         return [
             NewMessage(
                 id=message_id,
@@ -273,6 +283,7 @@ class Sender:
         pending: bool = False,
         now: int,
         timestamp: int | None = None,
+        expires_at: int | None = None,
     ) -> list[int]:
         """After a write of ``outgoing`` under ``ids`` landed: repair it if late; return final ids.
 
@@ -288,7 +299,15 @@ class Sender:
             if done - requested_at >= self._settings().seal_delay
         ]
         if late:
-            self._repair(late, result, outgoing, pending=pending, now=now, timestamp=timestamp)
+            self._repair(
+                late,
+                result,
+                outgoing,
+                pending=pending,
+                now=now,
+                timestamp=timestamp,
+                expires_at=expires_at,
+            )
         return result
 
     def _repair(
@@ -300,6 +319,7 @@ class Sender:
         pending: bool,
         now: int,
         timestamp: int | None,
+        expires_at: int | None,
     ) -> None:
         """Send again (in place in ``ids``) the late writes whose bucket was sealed meanwhile.
 
@@ -315,18 +335,23 @@ class Sender:
             self._name,
             len(again),
         )
+        if expires_at is None:
+            expires_at = now + self._settings().message_ttl * 1000
         if pending and timestamp is None:
             # Nobody saw these invisible copies: ack them so their bucket can go.
-            self.retire([ids[n] for n in again], now, timestamp=None)
+            self.retire([ids[n] for n in again], expires_at, timestamp=None)
         new_ids = self.write(
-            [outgoing[n] for n in again], pending=pending, now=now, timestamp=timestamp
+            [outgoing[n] for n in again],
+            pending=pending,
+            now=now,
+            timestamp=timestamp,
+            expires_at=expires_at,
         )
         for n, new_id in zip(again, new_ids, strict=True):
             ids[n] = new_id
 
-    def retire(self, ids: Sequence[int], now: int, *, timestamp: int | None) -> None:
-        """Ack invisible copies nobody may receive (their bucket can go); ``now``: enqueue ms."""
-        expires_at = now + self._settings().message_ttl * 1000
+    def retire(self, ids: Sequence[int], expires_at: int, *, timestamp: int | None) -> None:
+        """Ack invisible copies nobody may receive (so their bucket can go); ``expires_at``: ms."""
         self._buckets.mark_acked(
             [(self._buckets.bucket_of(i), i, expires_at) for i in ids],
             now_ms(),

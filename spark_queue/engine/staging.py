@@ -18,7 +18,18 @@ that write:
   is reset.
 - Copies a repair replaced, and discarded sends, are acked at ``T + 2``:
   no later copy of the rows at ``T`` revives them.
-- DONE is a plain write, a shortcut for retries only.
+- Before the release, the record moves to RELEASING by a lightweight
+  transaction (``SendLog.begin_release``). From then on no attempt writes the
+  send again: a write after its bucket was sealed would be repaired under new
+  ids, and every message would reach its consumers twice. Nor may an abort
+  discard it: that would ack messages consumers hold. A discard moves the
+  record to DISCARDED by the same kind of transaction, so of a release and a
+  discard exactly one wins.
+- DONE is a plain write, a shortcut for retries only: a retry that finds
+  RELEASING releases the same ids again.
+- The messages' expiry is fixed by the first attempt and recorded: a retry or
+  a release after ``update_queue`` changed ``message_ttl`` keeps it, so no cell
+  of a message expires before the others.
 
 The remaining bound: a consumer (or, for its lightweight transactions, a
 Cassandra node) whose clock is behind ``T`` by more than the time from
@@ -30,7 +41,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spark_queue.config import QueueSettings
 from spark_queue.engine import counters
@@ -39,10 +50,8 @@ from spark_queue.engine.sending import Outgoing, Sender
 from spark_queue.errors import SparkQueueError
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.message_values import LeaseWrite, now_ms
-from spark_queue.store.send_log import SendLog, SendRecord, SendState
+from spark_queue.store.send_log import SendKey, SendLog, SendRecord, SendState
 from spark_queue.store.session import Store
-
-SendKey = tuple[str, int, int, int]
 
 
 def write_timestamp(record: SendRecord) -> int:
@@ -55,9 +64,9 @@ def write_timestamp(record: SendRecord) -> int:
     it: another consumer may receive it before the holder acks, whose ack then
     counts stale: a duplicate at worst).
     """
-    if record.state is SendState.STAMPED:
-        return record.written_at * 1000
-    return now_ms() * 1000
+    if record.state in (SendState.RESERVED, SendState.WRITTEN):
+        return now_ms() * 1000
+    return record.written_at * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +78,7 @@ class Staged:
         ids: The recorded ids, one per message.
         delays_ms: Each message's delay, counted from its release.
         written_at: The first attempt's time (ms): the enqueue time of the messages.
+        expires_at: The messages' expiry (ms), fixed by the first attempt.
         stamp: The write timestamp of the invisible rows (µs).
         replaced: Copies a repair replaced, retired once the new ones are visible.
         done: An earlier attempt published it: nothing left to do.
@@ -78,6 +88,7 @@ class Staged:
     ids: tuple[int, ...]
     delays_ms: tuple[int, ...]
     written_at: int
+    expires_at: int
     stamp: int
     replaced: tuple[int, ...] = ()
     done: bool = False
@@ -147,20 +158,40 @@ class Staging:
         ``digests``: each message's ``row_digest``, computed here when not given.
 
         Raises:
-            SparkQueueError: An earlier attempt of ``key`` carried other messages.
+            SparkQueueError: An earlier attempt of ``key`` carried other messages, or
+                an abort discarded it.
         """
         digests = [row_digest(o) for o in outgoing] if digests is None else list(digests)
         fresh = self._sender.reserve(len(outgoing))
-        record = self._log.reserve(*key, [i for i, _ in fresh], now_ms(), digests)
+        now = now_ms()
+        expires_at = now + self._settings().message_ttl * 1000
+        record = self._log.reserve(*key, [i for i, _ in fresh], now, digests, expires_at)
         outgoing = self._as_recorded(key, outgoing, digests, record)
         delays = tuple(o.delay_ms for o in outgoing)
         stamp = write_timestamp(record)
+        if record.expires_at is not None:  # else recorded by a version that kept none
+            expires_at = record.expires_at
+        recorded = Staged(key, tuple(record.ids), delays, record.written_at, expires_at, stamp)
         if record.state is SendState.DONE:
-            return Staged(key, tuple(record.ids), delays, record.written_at, stamp, done=True)
+            return replace(recorded, done=True)
+        if record.state is SendState.RELEASING:  # written whole; a publish finishes it
+            return recorded
+        if record.state is SendState.DISCARDED:
+            writer, step, part, chunk = key
+            raise SparkQueueError(
+                f"send of writer {writer!r}, step {step}, part {part}, chunk {chunk} to queue"
+                f" {self._name!r}: an abort of its write discarded it, so it cannot be sent"
+                " again under that writer and step; send it under a new writer or step"
+            )
         if record.ids != [i for i, _ in fresh]:  # an earlier attempt's: reserved long ago
             fresh = [(i, float("-inf")) for i in record.ids]
         ids = self._sender.write(
-            outgoing, ids=fresh, pending=True, now=record.written_at, timestamp=stamp
+            outgoing,
+            ids=fresh,
+            pending=True,
+            now=record.written_at,
+            timestamp=stamp,
+            expires_at=expires_at,
         )
         replaced: list[int] = []
         if ids != record.ids:  # repaired: late copies in sealed buckets were sent again
@@ -169,9 +200,9 @@ class Staging:
                 replaced = [old for old, new in zip(record.ids, ids, strict=True) if old != new]
             else:  # an attempt running at once moved them first: its copies hold, not ours
                 ours = [i for i in ids if i not in held]
-                self._sender.retire(ours, record.written_at, timestamp=stamp + 2)
+                self._sender.retire(ours, expires_at, timestamp=stamp + 2)
                 ids = held
-        return Staged(key, tuple(ids), delays, record.written_at, stamp, tuple(replaced))
+        return replace(recorded, ids=tuple(ids), replaced=tuple(replaced))
 
     def _as_recorded(
         self,
@@ -205,26 +236,33 @@ class Staging:
         """Make staged sends visible (each message after its delay), then record them DONE.
 
         Idempotent, and safe from any host: the release is written at each
-        send's ``stamp + 1`` (see the module doc).
+        send's ``stamp + 1`` (see the module doc). A send discarded meanwhile
+        is not released.
         """
         todo = [s for s in staged if not s.done]
+        held = self._log.begin_release([(s.key, s.ids) for s in todo])
         now = now_ms()
-        ttl_ms = self._settings().message_ttl * 1000
         # A release writes visible_at alone (Buckets.release_shared): these leases'
         # token and count are not written. Each send's at its stamp + 1.
         releases: dict[int, list[LeaseWrite]] = {}
+        released: list[tuple[Staged, list[int]]] = []
         for s in todo:
+            if s.key not in held:
+                continue  # discarded
+            ids = held[s.key]
             releases.setdefault(s.stamp + 1, []).extend(
-                LeaseWrite(self._buckets.bucket_of(i), i, 0, now + d, 0, s.written_at + ttl_ms)
-                for i, d in zip(s.ids, s.delays_ms, strict=True)
+                LeaseWrite(self._buckets.bucket_of(i), i, 0, now + d, 0, s.expires_at)
+                for i, d in zip(ids, s.delays_ms, strict=True)
             )
+            # a concurrent attempt's repair moved the ids before the release: ours go too
+            released.append((s, [*s.replaced, *(i for i in s.ids if i not in ids)]))
         self._buckets.release_shared(releases, now)
-        for s in todo:
-            if s.replaced:  # only once the copies that replace them are visible
-                self._sender.retire(s.replaced, s.written_at, timestamp=s.stamp + 2)
-        self._log.mark_done_many([s.key for s in todo])
+        for s, replaced in released:
+            if replaced:  # only once the copies that replace them are visible
+                self._sender.retire(replaced, s.expires_at, timestamp=s.stamp + 2)
+        self._log.mark_done_many([s.key for s, _ in released])
         sent = counters.SENT.labels(keyspace=self._buckets.store.keyspace, queue=self._name)
-        sent.inc(sum(len(s.ids) for s in todo))
+        sent.inc(sum(len(s.ids) for s, _ in released))
 
     def discard(self, writer: str, step: int) -> int:
         """Drop every unpublished send of ``(writer, step)``; return the messages dropped.
@@ -234,9 +272,11 @@ class Staging:
         of them overrules, so even a zombie task cannot bring them back.
         """
         dropped = 0
-        for record in self._log.records_of(writer, step):
-            if record.state is not SendState.DONE:
-                stamp = write_timestamp(record)
-                self._sender.retire(record.ids, record.written_at, timestamp=stamp + 2)
-                dropped += len(record.ids)
+        for record in self._log.discard(writer, step):
+            expires_at = record.expires_at
+            if expires_at is None:  # recorded by a version that kept none
+                expires_at = record.written_at + self._settings().message_ttl * 1000
+            stamp = write_timestamp(record)
+            self._sender.retire(record.ids, expires_at, timestamp=stamp + 2)
+            dropped += len(record.ids)
         return dropped

@@ -91,7 +91,11 @@ class Change:
         if s.if_exists:
             return row is not None
         for condition in s.conditions:
-            wanted = self.table.coerce(condition.column, bound(condition.term, self.params, clock))
+            value = bound(condition.term, self.params, clock)
+            if condition.op == "in":  # IF column IN (a, b): each one a value of the column
+                wanted: Any = tuple(self.table.coerce(condition.column, v) for v in value)
+            else:
+                wanted = self.table.coerce(condition.column, value)
             current = None if row is None else row.value(condition.column, clock.seconds)
             if not matches(current, condition.op, wanted):
                 return False

@@ -34,6 +34,7 @@ ADDED_COLUMNS = (
     ("queues", "lanes", "int"),
     ("send_log", "digests", "blob"),
     ("messages", "key", "text"),
+    ("send_log", "expires_at", "timestamp"),
 )
 
 
