@@ -3,7 +3,8 @@
 A Hypothesis ``RuleBasedStateMachine`` drives the real engine, on a ``MemoryStore``
 (fast tier) and on Cassandra (``both_stores``): two clients (each with its own
 handles, lanes and lease memory, as two processes would have) send, send in
-batches and in the background, receive from a queue and from its dead-letter
+batches, in the background and once (a send-once published whole or dying between its
+release and DONE, then retried), receive from a queue and from its dead-letter
 queue, ack (one and in batches, with current and stale receipts), change
 visibility, update the queue's settings, purge, redrive, peek, count, close a
 client and open a new one, and let visibility timeouts run out. Each result goes
@@ -58,9 +59,11 @@ from hypothesis.stateful import (
 
 from spark_queue import QueueClient, StaleReceipt
 from spark_queue.defaults import SETTINGS_REFRESH
+from spark_queue.errors import BackendUnavailable
 from spark_queue.message import Receipt
 from spark_queue.queue import Queue
 from spark_queue.store.memory import MemoryStore
+from spark_queue.store.send_log import SendLog
 from spark_queue.store.session import Store
 from tests.promise_model import REJECT_REASON, Issued, PromiseModel, Violation
 
@@ -138,6 +141,8 @@ class PromiseMachine(RuleBasedStateMachine):
         self.numbers: list[int] = []
         self.futures: list[tuple[int, bytes, Future[int]]] = []  # (client slot, payload, future)
         self.issued: list[Issued] = []  # every receipt handed out, current or stale
+        # every send-once published: (key, payloads, headers, ids)
+        self.once: list[tuple[tuple[str, int, int, int], list[bytes], list[Any], list[int]]] = []
         self.sent = 0
         self.tag = tag
         for _ in range(2):
@@ -259,6 +264,39 @@ class PromiseMachine(RuleBasedStateMachine):
     def flush(self, slot: int) -> None:
         self._handle(slot, self.main).flush()
         self._resolve(slot)
+
+    @rule(slot=CLIENTS, n=st.integers(1, 3), dies_before_done=st.booleans())
+    def send_once(self, slot: int, n: int, dies_before_done: bool) -> None:
+        """Stage and publish a send-once, as the sink's task and driver do.
+
+        ``dies_before_done``: the publisher dies after the release, before DONE
+        is recorded (a driver killed, a commit timed out): the messages are out.
+        """
+        sent = [self._payload() for _ in range(n)]
+        payloads, headers = [p for p, _ in sent], [h for _, h in sent]
+        handle = self._handle(slot, self.main)
+        key = (f"model-{self.tag}", self.sent, 0, 0)
+        start = time.time()
+        staged = handle.staging.stage(key, handle.check_batch(payloads, headers))
+        if dies_before_done:
+            with _dying_before_done(), suppress(BackendUnavailable):
+                handle.staging.publish([staged])
+        else:
+            handle.staging.publish([staged])
+        end = time.time()
+        self.model.sent(self.main, payloads, headers, [0.0] * n, list(staged.ids), start, end)
+        self.once.append((key, payloads, headers, list(staged.ids)))
+
+    @precondition(lambda self: self.once)
+    @rule(slot=CLIENTS, pick=PICKS)
+    def retry_send_once(self, slot: int, pick: int) -> None:
+        """Repeat a published send-once (a replayed batch): same ids, nothing sent again."""
+        (writer, step, part, chunk), payloads, headers, ids = self.once[-1 - pick % len(self.once)]
+        again = self._handle(slot, self.main).send_batch_once(
+            writer, step, part, payloads, headers, chunk=chunk
+        )
+        if again != ids:
+            raise Violation(f"send-once {writer}/{step} repeated: ids {again}, first {ids}")
 
     # -- receive, ack, change visibility ---------------------------------------------------
 
@@ -466,6 +504,21 @@ class PromiseMachine(RuleBasedStateMachine):
         start = time.time()
         peeked = client.queue(queue).peek(1000)
         return peeked, start, time.time()
+
+
+@contextmanager
+def _dying_before_done() -> Iterator[None]:
+    """Every send-once published meanwhile dies after its release, before DONE."""
+
+    def die(self: SendLog, *args: Any) -> None:
+        raise BackendUnavailable("injected: the publisher died after the release, before DONE")
+
+    done = SendLog.mark_done_many
+    SendLog.mark_done_many = die  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        SendLog.mark_done_many = done  # type: ignore[method-assign]
 
 
 class MemoryPromises(PromiseMachine):
