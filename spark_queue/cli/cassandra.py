@@ -30,6 +30,7 @@ from spark_queue.errors import InvalidSetting
 from spark_queue.local import cql
 from spark_queue.local.node import (
     DEFAULT_HEAP,
+    MAX_NODES,
     MAX_TIMER_SLACK_US,
     START_TIMEOUT,
     STOP_TIMEOUT,
@@ -102,10 +103,10 @@ def cassandra() -> None:
 @cassandra.command()
 @click.option(
     "--nodes",
-    type=click.IntRange(1, 9),
-    default=1,
-    show_default=True,
-    help="How many nodes; node i listens on the i-th address from --address, node 1 is the seed.",
+    type=click.IntRange(1, MAX_NODES),
+    default=None,
+    help="How many nodes; node i listens on the i-th address from --address, node 1 is the"
+    " seed.  [default: every node of the local cluster under --home, 1 for a new one]",
 )
 @click.option(
     "--address", default="127.0.0.1", show_default=True, help="Loopback address of node 1."
@@ -171,7 +172,7 @@ def cassandra() -> None:
 )
 @_home_option
 def start(
-    nodes: int,
+    nodes: int | None,
     address: str,
     native_port: int,
     storage_port: int,
@@ -187,8 +188,11 @@ def start(
     no_keyspace: bool,
     home: Path | None,
 ) -> None:
-    """Start the local node (or --nodes N of them) unless already running.
+    """Start the local node, or every node of the local cluster, unless already running.
 
+    Without --nodes, starts every node recorded under --home (all three after a
+    `--nodes 3`), or one node in a new home; --nodes smaller than the recorded
+    cluster is refused, since the keyspaces on it would lose their quorum.
     Returns once every node answers CQL and prints its version and address,
     then creates the queue keyspace (--keyspace, default bdq) and its tables
     where missing, and says so: the local node is ready for `make run`, the
@@ -210,6 +214,7 @@ def start(
         heap=heap,
         timer_slack_us=timer_slack_us,
     )
+    nodes = cluster.nodes_to_start(nodes)
     already = {s.index for s in cluster.status() if s.running}
     began = time.monotonic()
     mode = "required" if tls_required else "optional" if tls else None

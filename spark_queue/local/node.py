@@ -64,6 +64,8 @@ STOP_TIMEOUT = 90.0
 #: Largest timer slack a node may be given (10 ms): past it, timed waits would stretch.
 MAX_TIMER_SLACK_US = 10_000
 LOG_TAIL_LINES = 40
+#: Most nodes of a local cluster, each on the next loopback address from node 1's.
+MAX_NODES = 9
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,34 @@ class LocalCluster:
         )
         return [self._recorded(i) for i in indexes]
 
+    def nodes_to_start(self, nodes: int | None = None) -> int:
+        """How many nodes a start should bring up: by default, every node of this home.
+
+        A home that holds a cluster of N nodes (folders ``node1`` to ``nodeN``) starts
+        all N: node 1 alone would answer, yet leave keyspaces replicated on the others
+        without a quorum (``Cannot achieve consistency level LOCAL_SERIAL``). An empty
+        home starts one node.
+
+        Args:
+            nodes: How many nodes the user asked for; None for the whole cluster.
+
+        Raises:
+            LocalNodeError: ``nodes`` is out of range, or fewer than the home holds.
+        """
+        recorded = max((spec.index for spec in self.known_nodes()), default=0)
+        if nodes is None:
+            return max(recorded, 1)
+        if not 1 <= nodes <= MAX_NODES:
+            raise LocalNodeError(f"nodes {nodes}: must be between 1 and {MAX_NODES}")
+        if nodes < recorded:
+            raise LocalNodeError(
+                f"nodes {nodes}: must be at least the {recorded} nodes of the local cluster"
+                f" under {self.home}, or its keyspaces lose their quorum; start them all"
+                f" with 'bdq cassandra start' (no --nodes), or for a smaller cluster run"
+                f" 'bdq cassandra stop' and delete {self.home} (its data goes with it)"
+            )
+        return nodes
+
     def has_roles(self) -> bool:
         """Whether node 1 was last started with ``auth=True`` (it asks for a password)."""
         return self._recorded(1).auth
@@ -217,7 +247,7 @@ class LocalCluster:
 
     def start(
         self,
-        nodes: int = 1,
+        nodes: int | None = None,
         *,
         settings: Mapping[str, object] | None = None,
         tls: str | None = None,
@@ -228,7 +258,10 @@ class LocalCluster:
         """Start nodes 1..``nodes`` one after another; running ones are left alone.
 
         Args:
-            nodes: How many nodes.
+            nodes: How many nodes; None for every node of this home, at least one
+                (``nodes_to_start``). A number below the home's count starts only
+                those, as the fault tests do to bring back one node of several; the
+                command line refuses it.
             settings: Extra top-level ``cassandra.yaml`` settings.
             tls: None for plain text; ``"optional"`` serves TLS and plain text on
                 the CQL port, ``"required"`` TLS only. TLS clients must show the
@@ -242,8 +275,10 @@ class LocalCluster:
         Returns when every node answers CQL. Raises LocalNodeError, with the end of
         the node's log, when a node cannot start.
         """
-        if nodes < 1 or nodes > 9:
-            raise LocalNodeError(f"nodes {nodes}: must be between 1 and 9")
+        if nodes is None:
+            nodes = self.nodes_to_start()
+        if not 1 <= nodes <= MAX_NODES:
+            raise LocalNodeError(f"nodes {nodes}: must be between 1 and {MAX_NODES}")
         if tls not in (None, "optional", "required"):
             raise LocalNodeError(f"tls {tls!r}: must be 'optional', 'required' or None")
         extra: dict[str, object] = dict(settings or {})
