@@ -128,6 +128,24 @@ def test_batch_read_peeks_without_consuming(
     assert queue.stats().visible == 25
 
 
+def test_batch_read_of_a_queue_never_sent_to_is_empty(
+    spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient
+) -> None:
+    # Given a new queue: no bucket yet, so the reader plans no partition
+    client.create_queue("untouched")
+
+    # When it is peeked (pyspark then reads one partition holding None)
+    df = (
+        spark.read.format("bdq")
+        .options(**connector_options(keyspace))
+        .option("queue", "untouched")
+        .load()
+    )
+
+    # Then it is empty, not an error
+    assert df.collect() == []
+
+
 def test_batch_read_returns_every_visible_message_of_a_bucket_larger_than_one_receive(
     spark: SparkSession, keyspace: ConnectionSettings, client: QueueClient
 ) -> None:

@@ -449,5 +449,8 @@ class BdqBatchReader(DataSourceReader):
 
     @settled
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, BucketPartition)
+        if not isinstance(partition, BucketPartition):
+            # Planned no partition (no live bucket: a queue never sent to, or drained and
+            # dropped): pyspark still reads one, an InputPartition(None). Nothing to peek.
+            return iter(())
         return read_partition(partition)
