@@ -429,6 +429,21 @@ def test_a_release_moves_only_visible_at_and_loses_to_a_later_lease(store: Store
     assert buckets.leases_of([(0, 1)]) == {(0, 1): (7, False)}
 
 
+def test_a_lightweight_transaction_is_stamped_by_the_store_not_by_the_writer(
+    store: Store,
+) -> None:
+    # Given a message whose row a writer stamped an hour ahead of the store's clock
+    _, _, buckets = new_queue(store)
+    now = now_ms()
+    buckets.insert([message(1, now, delay=HOUR - 1)], now, timestamp=(now + HOUR) * 1000)
+
+    # When a lightweight transaction makes it visible: it applies
+    assert buckets.renew_leases([check(0, 1, 0, now)], now, now) == set()
+
+    # Then its cell loses to the older write's later timestamp (Paxos ballot time)
+    assert buckets.scan_visible(0, now, 10) == []
+
+
 def test_bucket_counts_are_scanned_written_and_read_by_range(store: Store) -> None:
     _, queue_id, buckets = new_queue(store)
     now = now_ms()
@@ -558,3 +573,19 @@ def test_the_memory_store_names_a_statement_it_does_not_know() -> None:
         store.rows("SELECT writetime(payload) FROM {ks}.messages")
     with pytest.raises(SparkQueueError, match="unconfigured table nothing"):
         store.rows("SELECT a FROM {ks}.nothing")
+
+
+def test_a_memory_store_seen_from_a_host_ahead_stamps_only_plain_writes_ahead() -> None:
+    # Given a message leased by a host whose clock is an hour ahead (plain writes)
+    store = MemoryStore()
+    _, queue_id, buckets = new_queue(store)
+    ahead = Buckets(store.with_clock_offset(3600), queue_id, 10)
+    now = now_ms()
+    buckets.insert([message(1, now)], now)
+    ahead.write_leases([lease(0, 1, 7, now)], now)
+
+    # When that host makes it visible with a lightweight transaction
+    assert ahead.renew_leases([check(0, 1, 7, now)], now, now) == set()
+
+    # Then the transaction carried the store's time, as a Paxos ballot does, and lost
+    assert buckets.scan_visible(0, now, 10) == []

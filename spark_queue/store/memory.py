@@ -204,7 +204,8 @@ class MemoryStore(Store):
 
         Statements through the returned store write with timestamps shifted by
         ``seconds``, as a driver's timestamp generator on that host would;
-        TTLs and ``toTimestamp(now())`` stay the server's. For tests of what
+        TTLs, ``toTimestamp(now())`` and the timestamps of lightweight
+        transactions (Paxos ballots) stay the server's. For tests of what
         clock skew between writers does.
         """
         skewed = copy.copy(self)
@@ -304,7 +305,9 @@ class MemoryStore(Store):
             now = time.time()
             # Unique and increasing, as the driver's timestamp generator makes them.
             self._micros = max(self._micros + 1, int(now * 1_000_000))
-            clock = Clock(int(now * 1000), int(now), self._micros + self._offset_micros)
+            clock = Clock(
+                int(now * 1000), int(now), self._micros + self._offset_micros, self._micros
+            )
             if isinstance(statement, MemoryBatch):
                 if params:
                     raise Refused("a batch takes its values from its statements, not params")

@@ -5,7 +5,8 @@ A conditional statement (``IF NOT EXISTS``, ``IF EXISTS``, ``IF col = ? AND
 batch must stay in one partition and applies all its statements or none,
 every condition judged on the rows as they were before the batch. The store
 runs each under its one lock, so every such change is linearizable, as a
-Paxos round makes it.
+Paxos round makes it, and writes it at the store's own time, as Cassandra
+writes it at its ballot's, whatever the writer's clock.
 
 The answer has the driver's shape with the tuple row factory: ``(True,)`` when
 applied; otherwise ``[applied]`` is False, followed, for each row concerned
@@ -18,6 +19,7 @@ the answer is ``(False,)`` alone. These shapes were checked against Cassandra
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -125,6 +127,9 @@ def run(changes: Sequence[Change], clock: Clock, *, batch: bool) -> Answer:
             "the memory store rejected the request: Batch with conditions cannot span multiple"
             " partitions"
         )
+    # Cassandra writes a lightweight transaction at its Paxos ballot, the server's clock,
+    # and refuses USING TIMESTAMP on it: the writer's clock plays no part.
+    clock = dataclasses.replace(clock, micros=clock.ballot or clock.micros)
     # Every condition is judged on the rows before any write of the batch.
     if all(c.holds(clock) for c in changes if c.conditional):
         for change in changes:

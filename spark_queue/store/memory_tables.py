@@ -96,12 +96,15 @@ class Row:
 
 @dataclass(frozen=True, slots=True)
 class Clock:
-    """One statement's time: ``ms`` for ``toTimestamp(now())``, ``seconds`` for TTLs, and
-    ``micros``, the write timestamp of statements without ``USING TIMESTAMP``."""
+    """One statement's time: ``ms`` for ``toTimestamp(now())``, ``seconds`` for TTLs,
+    ``micros``, the write timestamp of statements without ``USING TIMESTAMP``, and
+    ``ballot``, the store's own time in microseconds, which a lightweight transaction
+    writes at whatever the writer's clock says (Cassandra stamps it with its Paxos ballot)."""
 
     ms: int
     seconds: int
     micros: int = 0
+    ballot: int = 0
 
 
 def bound(term: Term, params: Params, clock: Clock) -> Any:
