@@ -49,6 +49,11 @@ MAX_BATCH = 10_000
 #: within milliseconds) and the write's own time in flight (another second). A
 #: receipt closer to its deadline is acked conditionally.
 ACK_PLAIN_MARGIN = 2.0
+#: Seconds a lightweight transaction on a message (``change_visibility``, a dead-letter
+#: take, a losing Spark attempt's release) is redone while a plain write stamped by a
+#: clock ahead of Cassandra's shadows it (``store/lease_changes.py``): about the skew
+#: between a host's clock and the node's it outlasts.
+LWT_SHADOW_PATIENCE = 5.0
 #: Seconds between two maintenance passes (seal, drop) of one queue handle.
 MAINTENANCE_INTERVAL = 1.0
 #: Seconds a bucket found without visible messages is skipped by this handle.

@@ -421,9 +421,9 @@ class Queue:
     def change_visibility(self, receipt: str, seconds: float) -> str:
         """Make a received message visible again after ``seconds`` (0: now).
 
-        Returns:
-            The new receipt; the old one is stale from now on.
-        """
+        Returns the new receipt (the old one is stale from now on). Raises StaleReceipt once
+        the lease ran out; SparkQueueError (nothing changed) for a lease stamped over 5 s
+        ahead of Cassandra's clock (``store/lease_changes.py``)."""
         return self._receipts.change_visibility(receipt, seconds)
 
     def reject(self, receipt: str, reason: str | None = None) -> int:

@@ -21,7 +21,7 @@ import pytest
 
 from spark_queue import QueueNotFound, SparkQueueError
 from spark_queue.config import QueueSettings
-from spark_queue.store import acks, catalog
+from spark_queue.store import acks, catalog, lease_changes
 from spark_queue.store.buckets import Buckets, visible_sizes
 from spark_queue.store.counts import BucketCounts
 from spark_queue.store.ids import IdBlocks
@@ -441,6 +441,69 @@ def test_a_lightweight_transaction_is_stamped_by_the_store_not_by_the_writer(
     assert buckets.renew_leases([check(0, 1, 0, now)], now, now) == set()
 
     # Then its cell loses to the older write's later timestamp (Paxos ballot time)
+    assert buckets.scan_visible(0, now, 10) == []
+
+
+def test_a_lease_change_shadowed_by_a_write_stamped_ahead_is_redone_until_it_wins(
+    store: Store,
+) -> None:
+    # Given rows whose cells a writer stamped 0.3 s ahead of the store's clock
+    _, _, buckets = new_queue(store)
+    now = now_ms()
+    ahead = (now + 300) * 1000
+    buckets.insert([message(i, now, delay=HOUR - 1) for i in (1, 2, 3)], now, timestamp=ahead)
+
+    # When each is changed by a lightweight transaction right away
+    changed = buckets.change_visibility(check(0, 1, 0, now), 11, now + 60_000, now)
+    taken = buckets.take([check(0, 2, 0, now)], 12, now + 60_000, now)
+    late = buckets.release_leases([check(0, 3, 0, now)], now)
+
+    # Then each change holds: redone after the store's clock passed the shadowing write's
+    assert changed
+    assert [(c.id, c.lease) for c in taken] == [(2, 12)]
+    assert late == []
+    assert buckets.leases_of([(0, i) for i in (1, 2, 3)]) == {
+        (0, 1): (11, False),
+        (0, 2): (12, False),
+        (0, 3): (0, False),
+    }
+    assert [m.id for m in buckets.scan_visible(0, now_ms(), 10)] == [3]
+
+
+def test_a_shadowed_change_whose_lease_runs_out_while_it_waits_is_refused(store: Store) -> None:
+    # Given a lease stamped 0.5 s ahead of the store's clock, that ends in 0.1 s
+    _, _, buckets = new_queue(store)
+    now = now_ms()
+    buckets.insert([message(1, now, delay=100)], now, timestamp=(now + 500) * 1000)
+
+    # When its holder extends it right away: the change is shadowed, and redone
+    # only while the lease holds (as a holder that paused past its lease would)
+    changed = buckets.change_visibility(check(0, 1, 0, now), 11, now + 60_000, now)
+
+    # Then it is refused, and the message is visible to others once the lease ended
+    assert not changed
+    assert buckets.leases_of([(0, 1)]) == {(0, 1): (0, False)}
+    assert [m.id for m in buckets.scan_visible(0, now + 100, 10)] == [1]
+
+
+def test_a_lease_change_shadowed_for_longer_than_the_patience_is_reported_not_made(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given rows stamped an hour ahead, and a patience of a tenth of a second
+    monkeypatch.setattr(lease_changes, "LWT_SHADOW_PATIENCE", 0.1)
+    _, _, buckets = new_queue(store)
+    now = now_ms()
+    ahead = (now + HOUR) * 1000
+    buckets.insert([message(i, now, delay=HOUR - 1) for i in (1, 2, 3)], now, timestamp=ahead)
+
+    # When the checked changes run, then they say they made nothing, and change nothing
+    with pytest.raises(SparkQueueError, match="ahead of Cassandra's clock"):
+        buckets.change_visibility(check(0, 1, 0, now), 11, now + 60_000, now)
+    assert buckets.take([check(0, 2, 0, now)], 12, now + 60_000, now) == []
+    assert buckets.release_leases([check(0, 3, 0, now)], now) == [(0, 3)]
+    assert buckets.leases_of([(0, i) for i in (1, 2, 3)]) == dict.fromkeys(
+        [(0, 1), (0, 2), (0, 3)], (0, False)
+    )
     assert buckets.scan_visible(0, now, 10) == []
 
 

@@ -4,8 +4,9 @@ Every message lives in bucket ``id // bucket_size``, one Cassandra partition;
 each scan here reads one partition (``ALLOW FILTERING`` filters inside it).
 ``Buckets`` adds these reads and the queue's pointers (``head``,
 ``sealed_upto``) and id sequence to the writes of its message rows
-(``MessageWrites``, ``message_writes.py``); moving a pointer is a lightweight
-transaction. Times are integer milliseconds since the epoch throughout.
+(``MessageWrites``, ``message_writes.py``) and the checked changes of their
+leases (``LeaseChanges``, ``lease_changes.py``); moving a pointer is a
+lightweight transaction. Times are integer milliseconds since the epoch throughout.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from spark_queue.store.driver_errors import translate_errors
+from spark_queue.store.lease_changes import LeaseChanges
 from spark_queue.store.message_values import (
     MESSAGE_COLUMNS,
     Candidate,
     StoredMessage,
     stored_message,
 )
-from spark_queue.store.message_writes import MessageWrites
 from spark_queue.store.session import Store
 
 SCAN_VISIBLE = (
@@ -74,7 +75,7 @@ SCAN_SIZES_IN = (
 )
 
 
-class Buckets(MessageWrites):
+class Buckets(LeaseChanges):
     """The buckets, pointers and sequence of one queue incarnation.
 
     Args:

@@ -7,7 +7,9 @@ touched, not messages. Only the changes that must not race (an ack, a change of
 visibility, a lease taken from a scan) are lightweight transactions, conditional
 on the message's lease and ``acked``.
 
-``MessageWrites`` is the base of ``Buckets`` (``buckets.py``), which adds the
+``MessageWrites`` is the base of ``LeaseChanges`` (``lease_changes.py``: the
+changes of one lease under a receipt, redone while a plain write with a later
+timestamp shadows them) and so of ``Buckets`` (``buckets.py``), which adds the
 scans and the queue's pointers. Times are integer milliseconds since the epoch.
 """
 
@@ -59,18 +61,6 @@ MARK_ACKED = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
 )
 MARK_ACKED_AT = MARK_ACKED.replace("USING TTL ?", "USING TTL ? AND TIMESTAMP ?")
-# A named receive's take: a new lease where the scan's lease still is.
-TAKE = (
-    "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?"
-    " WHERE queue_id = ? AND bucket = ? AND id = ? IF lease = ? AND acked = false"
-)
-# Only while the lease holds (SQS's MessageNotInflight): a lease that ran out is not
-# revived, since the lane's owner may have read the message as visible by then.
-CHANGE_VISIBILITY = (
-    "UPDATE {ks}.messages USING TTL ? SET lease = ?, visible_at = ?"
-    " WHERE queue_id = ? AND bucket = ? AND id = ? IF lease = ? AND acked = false"
-    " AND visible_at > ?"
-)
 LEASES_IN = (
     "SELECT id, lease, acked FROM {ks}.messages WHERE queue_id = ? AND bucket = ?"
     " AND id >= ? AND id <= ?"
@@ -318,60 +308,6 @@ class MessageWrites:
         # bucket. Report them missed rather than claim a change that did not happen.
         missed.update((b, i) for b, ids in pending.items() for i in ids)
         return missed
-
-    def change_visibility(
-        self, check: LeaseCheck, new_lease: int, visible_at: int, now: int
-    ) -> bool:
-        """Move a message's visibility while ``check.lease`` is its lease and holds at ``now``."""
-        row = self.store.execute(
-            CHANGE_VISIBILITY,
-            (
-                ttl_left(check.expires_at, now),
-                new_lease,
-                visible_at,
-                self.queue_id,
-                check.bucket,
-                check.id,
-                check.lease,
-                now,
-            ),
-            what="changing a message's visibility",
-        ).one()
-        return bool(row and row[0])
-
-    def take(
-        self, checks: Sequence[LeaseCheck], new_lease: int, visible_at: int, now: int
-    ) -> list[LeaseCheck]:
-        """Lease each unacked message whose lease is still ``check.lease``; return those taken.
-
-        One lightweight transaction per message, run concurrently: for the
-        rare moves that must not race (dead letters), where two consumers
-        would otherwise both act on the same message.
-        """
-        results = self.store.execute_many(
-            [
-                (
-                    TAKE,
-                    (
-                        ttl_left(c.expires_at, now),
-                        new_lease,
-                        visible_at,
-                        self.queue_id,
-                        c.bucket,
-                        c.id,
-                        c.lease,
-                    ),
-                )
-                for c in checks
-            ],
-            what="taking messages",
-        )
-        taken = []
-        for c, result in zip(checks, results, strict=True):
-            row = result.one()
-            if row and row[0]:
-                taken.append(LeaseCheck(c.bucket, c.id, new_lease, c.expires_at))
-        return taken
 
     # -- lease renewal (the Spark source's driver) ------------------------------------
 
