@@ -27,6 +27,7 @@ from spark_queue.store.catalog import (
 )
 from spark_queue.store.keyspace import KeyspaceReport, Replication, create_keyspace
 from spark_queue.store.session import Store
+from spark_queue.store.write_limits import check_max_message_bytes
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +202,8 @@ class QueueClient:
                 queue has other values of settings given here (its
                 ``differences`` name each: ``{setting: (current, requested)}``).
             QueueNotFound: ``dead_letter_queue`` does not exist.
-            InvalidSetting: A setting breaks its rule.
+            InvalidSetting: A setting breaks its rule (``max_message_bytes`` over
+                what one write of the cluster holds: ``store/write_limits.py``).
         """
         check_queue_name(name)
         given: dict[str, Any] = {
@@ -232,6 +234,8 @@ class QueueClient:
                     f"dead_letter_queue {dead_letter_queue!r}: must be another queue than {name!r}"
                 )
             self.queue(dead_letter_queue)  # QueueNotFound names it
+        if max_message_bytes is not None:  # the default fits any cluster's writes
+            check_max_message_bytes(self._store, settings.max_message_bytes)
         queue_id = uuid.uuid4()
         if not register_queue(self._store, name, queue_id, settings):
             if exist_ok:
@@ -304,7 +308,8 @@ class QueueClient:
 
         Raises:
             InvalidSetting: ``bucket_size``, ``seal_delay`` or ``lanes`` (fixed at creation),
-                an unknown setting, or a value that breaks its rule; nothing changed.
+                an unknown setting, or a value that breaks its rule (a ``max_message_bytes``
+                over what one write of the cluster holds); nothing changed.
             QueueNotFound: No such queue, or no such dead-letter queue.
         """
         queue_id, settings = update_settings(self._store, name, changes, self.queue)

@@ -32,7 +32,9 @@ LANES = 8
 MAX_BUCKET_SIZE = 100_000
 #: Longest message TTL accepted: Cassandra's limit, 20 years in seconds.
 MAX_TTL = 630_720_000
-#: Largest max_message_bytes a queue may be created with (16 MiB).
+#: Largest max_message_bytes a queue's settings may hold (16 MiB). A queue created or
+#: changed now is also bounded by what one write of its cluster holds, 16 MiB less 64 KiB
+#: with Cassandra's defaults (store/write_limits.py); a larger value stored earlier is read.
 MAX_MESSAGE_BYTES_LIMIT = 16 * 1024 * 1024
 #: Most lanes a queue may have (all of their owners sit in one partition).
 MAX_LANES = 1024

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
@@ -461,3 +462,28 @@ def test_two_consumers_racing_move_a_message_to_dead_letters_once(
 
     assert [m.payload for m in dead_letters.peek(10)] == [b"poison"]
     assert first_handle.stats().total == 0
+
+
+@both_stores
+def test_max_message_bytes_is_bounded_by_what_the_cluster_takes_in_one_write(
+    client: QueueClient,
+) -> None:
+    # Given a cluster (or memory store) with Cassandra's default limits: 16 MiB a mutation
+    # When a queue asks for 16 MiB messages, which with their row would be over that
+    # Then it is refused, naming the value, the rule and the largest value this cluster takes
+    with pytest.raises(
+        InvalidSetting, match=r"max_message_bytes 16777216: .* at most (\d+)"
+    ) as refused:
+        client.create_queue("big", max_message_bytes=16 * 1024 * 1024)
+    assert client.list_queues() == []
+    largest = int(re.search(r"at most (\d+)", str(refused.value)).group(1))  # type: ignore[union-attr]
+    assert largest < 16 * 1024 * 1024
+
+    # And a queue of the largest takes a message of that size, headers counted
+    queue = client.create_queue("big", max_message_bytes=largest)
+    queue.send(b"x" * (largest - 6), headers={"abc": "def"})
+    assert [len(d.payload) for d in queue.peek(1)] == [largest - 6]
+    # And an update past it is refused too, changing nothing
+    with pytest.raises(InvalidSetting, match=rf"max_message_bytes {largest + 1}: "):
+        client.update_queue("big", max_message_bytes=largest + 1)
+    assert client.queue("big").settings.max_message_bytes == largest

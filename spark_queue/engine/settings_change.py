@@ -30,6 +30,7 @@ from spark_queue.config import QueueSettings, check_queue_name
 from spark_queue.errors import InvalidSetting, QueueNotFound, SparkQueueError
 from spark_queue.store.catalog import CHANGEABLE, FIXED, read_settings, write_changes
 from spark_queue.store.session import Store
+from spark_queue.store.write_limits import check_max_message_bytes
 
 #: Conditional writes tried before giving up on a queue whose settings keep changing.
 UPDATE_ROUNDS = 20
@@ -82,6 +83,8 @@ def update_settings(
             raise QueueNotFound(f"queue {name!r}: does not exist; nothing to update")
         queue_id, current = found
         updated = replace(current, **changes)  # QueueSettings checks every rule
+        if "max_message_bytes" in changes:
+            check_max_message_bytes(store, updated.max_message_bytes)
         dead_letters = changes.get("dead_letter_queue")
         if dead_letters is not None:
             if dead_letters == name:

@@ -23,7 +23,9 @@ Cassandra answers them (``memory_conditions.py``); a statement outside the
 subset raises ``SparkQueueError`` naming it. tests/test_store_contract.py runs
 the same assertions against this store and against Cassandra. What only
 Cassandra shows is not here: what tombstones cost to read, Paxos under contention across
-replicas, consistency levels, node faults, tracing (``Buckets.traced_scans``).
+replicas, consistency levels, node faults, tracing (``Buckets.traced_scans``). A
+mutation of a partition over ``max_mutation_bytes`` (Cassandra's default, 16 MiB, unless
+given) is refused as Cassandra refuses it, and ``node_settings`` reports that limit.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from spark_queue.store.memory_schema import CreateKeyspace, parse_ddl
 from spark_queue.store.memory_tables import Clock, Table
 from spark_queue.store.schema import schema_statements
 from spark_queue.store.session import Params, Store
+from spark_queue.store.write_limits import DEFAULT_LIMIT
 
 __all__ = ["MemoryBatch", "MemoryFuture", "MemoryResult", "MemoryStatement", "MemoryStore"]
 
@@ -175,12 +178,19 @@ class MemoryStore(Store):
         keyspace: The keyspace name the statements address (``{ks}``).
         settings: Connection settings to report as ``store.settings`` (their
             keyspace wins over ``keyspace``); nothing connects anywhere.
+        max_mutation_bytes: The largest write of one partition accepted (the
+            values it binds), as Cassandra's ``max_mutation_size``.
     """
 
     def __init__(
-        self, keyspace: str = DEFAULT_KEYSPACE, *, settings: ConnectionSettings | None = None
+        self,
+        keyspace: str = DEFAULT_KEYSPACE,
+        *,
+        settings: ConnectionSettings | None = None,
+        max_mutation_bytes: int = DEFAULT_LIMIT,
     ) -> None:
         # Store.__init__ connects to Cassandra: everything it sets is set here instead.
+        self.max_mutation_bytes = max_mutation_bytes
         self.settings = settings or ConnectionSettings(keyspace=keyspace)
         self.keyspace = self.settings.keyspace
         self.cluster = self.session = _NoDriver()
@@ -278,6 +288,11 @@ class MemoryStore(Store):
             batch.add(self.prepare(cql), params)
         return batch
 
+    def node_settings(self, names: Sequence[str]) -> dict[str, str]:
+        """The one limit this store keeps, shown as a node would (``Store.node_settings``)."""
+        shown = {"max_mutation_size": f"{self.max_mutation_bytes}B"}
+        return {name: value for name, value in shown.items() if name in names}
+
     def execute_many(
         self, statements: Sequence[tuple[Any, Params]], *, what: str, concurrency: int = 32
     ) -> list[MemoryResult]:
@@ -312,6 +327,7 @@ class MemoryStore(Store):
                 if params:
                     raise Refused("a batch takes its values from its statements, not params")
                 changes = [self._change(s, p) for s, p in statement.entries]
+                self._check_size(changes, clock)
                 return MemoryResult(*run(changes, clock, batch=True))
             if not isinstance(statement, MemoryStatement):
                 raise Refused(
@@ -321,13 +337,31 @@ class MemoryStore(Store):
             if isinstance(statement.statement, Select):
                 self._check_binds(statement, params)
                 return MemoryResult(*statement.table.select(statement.statement, params, clock))
-            return MemoryResult(*run([self._change(statement, params)], clock, batch=False))
+            change = self._change(statement, params)
+            self._check_size([change], clock)
+            return MemoryResult(*run([change], clock, batch=False))
 
     def _change(self, statement: MemoryStatement, params: Params) -> Change:
         if isinstance(statement.statement, Select):
             raise Refused(f"a batch holds writes only, not {statement.cql!r}")
         self._check_binds(statement, params)
         return Change(statement.table, statement.statement, tuple(params))
+
+    def _check_size(self, changes: Sequence[Change], clock: Clock) -> None:
+        """Refuse a write of a partition over ``max_mutation_bytes``, as Cassandra does."""
+        sizes = [sum(_value_bytes(v) for v in c.params) for c in changes]
+        if sum(sizes) <= self.max_mutation_bytes:
+            return  # no partition can be over (the common case: no keys computed)
+        by_partition: dict[tuple[int, Any], int] = {}
+        for change, size in zip(changes, sizes, strict=True):
+            key = (id(change.table), change.keys(clock)[0])
+            by_partition[key] = by_partition.get(key, 0) + size
+        largest = max(by_partition.values())
+        if largest > self.max_mutation_bytes:
+            raise Refused(
+                f"Rejected an oversized mutation ({largest}/{self.max_mutation_bytes}) for"
+                f" keyspace: {self.keyspace}"
+            )
 
     @staticmethod
     def _check_binds(statement: MemoryStatement, params: Params) -> None:
@@ -343,3 +377,14 @@ class MemoryStore(Store):
             yield
         except Refused as e:
             raise SparkQueueError(f"{what}: {e}") from e
+
+
+def _value_bytes(value: object) -> int:
+    """About what a bound value weighs in a mutation: its bytes, its text, 8 for the rest."""
+    if isinstance(value, bytes | bytearray | memoryview | str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_value_bytes(k) + _value_bytes(v) for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return sum(_value_bytes(v) for v in value)
+    return 8

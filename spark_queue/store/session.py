@@ -94,6 +94,10 @@ Params = Sequence[Any]
 T = TypeVar("T")
 
 
+#: Settings of the node that answers: Cassandra 4.0 and later (a virtual table).
+NODE_SETTINGS = "SELECT name, value FROM system_views.settings WHERE name IN ?"
+
+
 class Store:
     """A session on one keyspace that holds the queue schema.
 
@@ -204,6 +208,14 @@ class Store:
     ) -> list[tuple[Any, ...]]:
         """Execute and return every row as a tuple (all pages)."""
         return list(self.execute(cql, params, what=what))
+
+    def node_settings(self, names: Sequence[str]) -> dict[str, str]:
+        """The coordinator's values of Cassandra settings (``system_views.settings``) by name.
+
+        Names the node does not know are left out (``store/write_limits.py`` reads them).
+        """
+        rows = self.rows(NODE_SETTINGS, (list(names),), what="reading the cluster's settings")
+        return {name: value for name, value in rows if value is not None}
 
     def binder(self, cql: str) -> RowBinder:
         """The batch binder of ``cql``'s prepared statement (``binding.py``), one per store."""
