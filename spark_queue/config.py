@@ -407,7 +407,8 @@ class QueueSettings:
         max_deliveries: Deliveries after which a message moves to
             ``dead_letter_queue`` instead of being delivered again; None for no limit.
         dead_letter_queue: Name of the queue receiving such messages.
-        max_message_bytes: Largest payload accepted. Default 256 KiB; up to 16 MiB here, and
+        max_message_bytes: Largest message accepted: payload, header names and values,
+            and key, as UTF-8 bytes. Default 256 KiB; up to 16 MiB here, and
             ``create_queue`` and ``update_queue`` also bound it by what one write of
             the cluster holds (``store/write_limits.py``).
         seal_delay: Seconds a bucket stays open for delayed writes after its last

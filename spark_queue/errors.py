@@ -49,7 +49,7 @@ class InvalidMessage(InvalidSetting):
 
 
 class MessageTooLarge(InvalidMessage):
-    """A payload is larger than the queue's ``max_message_bytes``."""
+    """A message (payload, headers and key) is larger than the queue's ``max_message_bytes``."""
 
 
 class QueueNotFound(SparkQueueError, LookupError):

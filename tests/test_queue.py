@@ -464,6 +464,29 @@ def test_two_consumers_racing_move_a_message_to_dead_letters_once(
     assert first_handle.stats().total == 0
 
 
+# -- what one write may hold --------------------------------------------------------------
+
+
+@both_stores
+def test_header_and_key_bytes_count_against_max_message_bytes(client: QueueClient) -> None:
+    # Given a queue of 10-byte messages
+    queue = client.create_queue("headed", max_message_bytes=10)
+
+    # When payload, header names and values, and key add up to 10 bytes, as UTF-8
+    queue.send(b"1234", headers={"ab": "cd\u00e9"})  # 4 + 2 + 4 ("\u00e9" is 2 bytes)
+    queue.send(b"123456789", key="k")  # 9 + 1
+    # Then they are sent, and one byte more is refused, naming each part and the limit
+    with pytest.raises(
+        MessageTooLarge,
+        match=r"message of 11 bytes \(payload 4, headers 7\) \(message 2 of 2\): over queue"
+        r" 'headed''s max_message_bytes of 10",
+    ):
+        queue.send_batch([b"ok", b"1234"], headers=[None, {"ab": "cde\u00e9"}])
+    with pytest.raises(MessageTooLarge, match=r"message of 11 bytes \(payload 9, key 2\)"):
+        queue.send(b"123456789", key="kk")
+    assert [d.payload for d in queue.peek(10)] == [b"1234", b"123456789"]
+
+
 @both_stores
 def test_max_message_bytes_is_bounded_by_what_the_cluster_takes_in_one_write(
     client: QueueClient,

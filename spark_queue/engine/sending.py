@@ -1,8 +1,9 @@
 """Sending: checked batches, id blocks, repair of late writes, and send-once.
 
-* **Checked batches.** Every message of a batch is checked (payload type and
-  size, headers, delay) before anything is written: one bad message rejects
-  the batch with nothing sent.
+* **Checked batches.** Every message of a batch is checked (payload type,
+  headers, delay, and its size: payload, header names and values, and key, as
+  UTF-8) before anything is written: one bad message rejects the batch with
+  nothing sent.
 * **Ids.** Ids come from blocks of the queue's monotonic sequence
   (``store/ids.py``); a message goes into bucket ``id // bucket_size`` with
   ``visible_at`` = now + delay.
@@ -40,7 +41,7 @@ from spark_queue.engine.lanes import check_key, lane_for
 from spark_queue.errors import InvalidMessage, MessageTooLarge
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.ids import IdBlocks
-from spark_queue.store.message_values import NewMessage, now_ms
+from spark_queue.store.message_values import NewMessage, header_bytes, now_ms
 from spark_queue.store.retries import now_us, repeated
 from spark_queue.store.session import Store
 
@@ -143,7 +144,7 @@ class Sender:
         shared_delay = None
         if not isinstance(delay, Sequence):
             shared_delay = self._delay_ms(delay, lambda _: "", 0)
-        return [
+        checked = [
             Outgoing(
                 self._payload_bytes(p, where, i, max_bytes),
                 _check_headers(h, where, i),
@@ -155,6 +156,10 @@ class Sender:
                 zip(payloads, header_list, delay_list, lane_list, key_list, strict=True)
             )
         ]
+        for i, o in enumerate(checked):
+            if o.headers or o.key is not None:  # the payload alone was checked above
+                self._check_size(o, where, i, max_bytes)
+        return checked
 
     def _payload_bytes(
         self, payload: object, position: Callable[[int], str], index: int, max_bytes: int
@@ -176,6 +181,27 @@ class Sender:
                 f" max_message_bytes of {max_bytes}"
             )
         return data
+
+    def _check_size(
+        self, o: Outgoing, position: Callable[[int], str], index: int, max_bytes: int
+    ) -> None:
+        """MessageTooLarge if payload, headers and key weigh more than ``max_bytes``.
+
+        They are all in the message's row, and so in the write Cassandra may refuse.
+        """
+        parts = {
+            "payload": len(o.payload),
+            "headers": header_bytes(o.headers),
+            "key": 0 if o.key is None else len(o.key.encode()),
+        }
+        total = sum(parts.values())
+        if total > max_bytes:
+            listed = ", ".join(f"{name} {size}" for name, size in parts.items() if size)
+            raise MessageTooLarge(
+                f"message of {total} bytes ({listed}){position(index)}: over queue"
+                f" {self._name!r}'s max_message_bytes of {max_bytes} (payload, header names"
+                " and values, and key count, as UTF-8)"
+            )
 
     def _delay_ms(self, delay: object, position: Callable[[int], str], index: int) -> int:
         seconds = check_seconds("delay", delay, allow_zero=True)

@@ -84,6 +84,21 @@ class NewMessage:
     key: str | None = None
 
 
+def header_bytes(headers: Mapping[str, str]) -> int:
+    """The bytes of header names and values as UTF-8 (as Cassandra stores them)."""
+    return sum(len(k.encode()) + len(v.encode()) for k, v in headers.items())
+
+
+def message_bytes(m: NewMessage) -> int:
+    """What ``m`` weighs in a write, and against ``max_message_bytes``: payload, headers, key."""
+    size = len(m.payload)
+    if m.headers:
+        size += header_bytes(m.headers)
+    if m.key is not None:
+        size += len(m.key.encode())
+    return size
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseWrite:
     """A lease to write on one message (a delivery)."""
