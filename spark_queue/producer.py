@@ -60,8 +60,7 @@ from spark_queue.engine.producer_buffer import Accepted, Batch, BucketWrite, Lan
 from spark_queue.errors import BackendUnavailable, SparkQueueError
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.driver_errors import translated
-from spark_queue.store.message_values import now_ms
-from spark_queue.store.message_writes import BATCH_BYTES, BATCH_ROWS
+from spark_queue.store.message_values import BATCH_BYTES, BATCH_ROWS, now_ms
 from spark_queue.store.retries import now_us, pause_before, transient
 
 if TYPE_CHECKING:

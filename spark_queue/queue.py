@@ -226,10 +226,10 @@ class Queue:
         """Send several messages; return their ids in order.
 
         Every message is checked before anything is written: one bad payload,
-        header or delay rejects the whole batch with nothing sent. Messages
-        of one bucket are written in one atomic batch. If Cassandra fails
-        part-way, BackendUnavailable is raised and sending again may
-        duplicate the messages that were written (at-least-once).
+        header or delay rejects the whole batch with nothing sent. Whatever
+        Cassandra refuses, the batch shows all its messages or none
+        (``engine/sending.py``); if Cassandra stays unreachable,
+        BackendUnavailable is raised and sending again may duplicate.
 
         Args:
             payloads: bytes or str bodies.

@@ -12,7 +12,7 @@ from spark_queue.bench.queue_bench_params import QueueBenchParams
 from spark_queue.engine.producer_buffer import Accepted, Batch
 from spark_queue.errors import InvalidSetting
 from spark_queue.producer import Producer
-from spark_queue.store.message_writes import BATCH_BYTES, BATCH_ROWS
+from spark_queue.store.message_values import BATCH_BYTES, BATCH_ROWS
 
 
 def producer(bucket_size: int) -> Producer:

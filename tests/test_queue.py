@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+import uuid
 from collections import Counter
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
@@ -18,11 +19,14 @@ from spark_queue import (
     QueueClient,
     QueueExists,
     QueueNotFound,
+    SparkQueueError,
     StaleReceipt,
 )
+from spark_queue.config import QueueSettings
 from spark_queue.engine import receiving
 from spark_queue.engine.dead_letters import HEADER_DELIVERIES, HEADER_ORIGINAL_ID, HEADER_SOURCE
 from spark_queue.queue import Queue
+from spark_queue.store.catalog import register_queue
 from spark_queue.store.message_values import now_ms
 from tests.helpers import drain
 
@@ -485,6 +489,37 @@ def test_header_and_key_bytes_count_against_max_message_bytes(client: QueueClien
     with pytest.raises(MessageTooLarge, match=r"message of 11 bytes \(payload 9, key 2\)"):
         queue.send(b"123456789", key="kk")
     assert [d.payload for d in queue.peek(10)] == [b"1234", b"123456789"]
+
+
+@both_stores
+def test_a_batch_refused_by_cassandra_in_one_bucket_writes_none_of_its_messages(
+    client: QueueClient,
+) -> None:
+    # Given a queue of 2-message buckets whose max_message_bytes (16 MiB) is over what the
+    # cluster takes in one write: a queue made before that was checked, or a cluster whose
+    # limits shrank since (the memory store refuses as Cassandra's defaults do)
+    register_queue(
+        client._store,
+        "half",
+        uuid.uuid4(),
+        QueueSettings(bucket_size=2, max_message_bytes=16 * 1024 * 1024),
+    )
+    queue = client.queue("half")
+
+    # When a batch's last message, alone in bucket 1, passes the queue's check and Cassandra
+    # refuses its write
+    with pytest.raises(SparkQueueError):
+        queue.send_batch([b"small-1", b"small-2", b"x" * (16 * 1024 * 1024)])
+
+    # Then none of its messages is visible, and those that landed in bucket 0 are acked,
+    # so they never show and the bucket can go
+    assert queue.peek(10) == []
+    assert queue.receive(10) == []
+    assert all(acked for _, acked in queue.buckets.read(0, [0, 1]))
+    # And the next batch over several buckets lands whole
+    payloads = [b"a", b"b", b"c"]
+    ids = queue.send_batch(payloads)
+    assert [(d.id, d.payload) for d in queue.peek(10)] == list(zip(ids, payloads, strict=True))
 
 
 @both_stores

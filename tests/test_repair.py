@@ -37,10 +37,13 @@ def seal_and_drop(queue: Queue) -> tuple[int, int]:
     return queue.maintain()
 
 
-@pytest.mark.parametrize("once", [False, True], ids=["send", "send-once"])
+@pytest.mark.parametrize("how", ["send", "send-once", "batch"])
 def test_write_delayed_past_the_seal_is_sent_again_not_lost(
-    clients: tuple[QueueClient, QueueClient], once: bool
+    clients: tuple[QueueClient, QueueClient], how: str
 ) -> None:
+    once = how == "send-once"
+    # A batch over two buckets is written invisible, then released (all or nothing)
+    late = [b"late"] * (12 if how == "batch" else 1)
     a, b = clients
     b.create_queue("repair", bucket_size=10, seal_delay=SEAL_DELAY)
     slow, fast = a.queue("repair"), b.queue("repair")
@@ -57,9 +60,9 @@ def test_write_delayed_past_the_seal_is_sent_again_not_lost(
 
     def send() -> None:
         if once:  # the repaired ids replace the reserved ones in the send log
-            result.append(slow.send_batch_once("w", 1, 0, [b"late"])[0])
+            result.extend(slow.send_batch_once("w", 1, 0, late))
         else:
-            result.append(slow.send(b"late"))
+            result.extend(slow.send_batch(late))
 
     writer = threading.Thread(target=send)
     writer.start()
@@ -78,11 +81,13 @@ def test_write_delayed_past_the_seal_is_sent_again_not_lost(
     release.set()
     writer.join(timeout=30)
 
-    # Then A noticed the seal and sent the message again under a new id, and it is delivered
-    assert result and result[0] >= 16
-    assert drain(fast) == [b"late"]
+    # Then A noticed the seal and sent the messages again under new ids, and they are delivered
+    assert len(result) == len(late) and min(result) >= 16
+    assert drain(fast) == late
+    # And the copies in the sealed buckets were retired: nothing is left to count
+    assert fast.stats(exact=True).total == 0
     if once:  # a retry of the same send finds it done, under the repaired id
-        assert fast.send_batch_once("w", 1, 0, [b"late"]) == result
+        assert fast.send_batch_once("w", 1, 0, late) == result
         assert drain(fast) == []
 
 

@@ -32,6 +32,7 @@ from spark_queue.engine.lifecycle import Maintenance
 from spark_queue.message import Delivery, new_lease
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.message_values import (
+    BATCH_ROWS,
     Col,
     LeaseWrite,
     StoredMessage,
@@ -40,7 +41,6 @@ from spark_queue.store.message_values import (
     now_ms,
     stored_message,
 )
-from spark_queue.store.message_writes import BATCH_ROWS
 
 #: Fewest buckets ``visible_buckets`` probes at once.
 PROBE_WINDOW = 8

@@ -4,6 +4,11 @@
   headers, delay, and its size: payload, header names and values, and key, as
   UTF-8) before anything is written: one bad message rejects the batch with
   nothing sent.
+* **All or nothing.** A batch Cassandra writes in one statement (one bucket,
+  one chunk: the common case) is atomic by Cassandra. A larger one is written
+  invisible, then released once every write landed; if any write fails, the
+  copies that may have landed are acked (retired) and the send raises, so
+  whatever Cassandra refuses, none of the batch is received.
 * **Ids.** Ids come from blocks of the queue's monotonic sequence
   (``store/ids.py``); a message goes into bucket ``id // bucket_size`` with
   ``visible_at`` = now + delay.
@@ -27,6 +32,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -38,10 +44,16 @@ from spark_queue.config import QueueSettings, check_seconds
 from spark_queue.defaults import MAX_BATCH
 from spark_queue.engine.bounds import Bounds
 from spark_queue.engine.lanes import check_key, lane_for
-from spark_queue.errors import InvalidMessage, MessageTooLarge
+from spark_queue.errors import InvalidMessage, MessageTooLarge, SparkQueueError
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.ids import IdBlocks
-from spark_queue.store.message_values import NewMessage, header_bytes, now_ms
+from spark_queue.store.message_values import (
+    LeaseWrite,
+    NewMessage,
+    header_bytes,
+    now_ms,
+    write_chunks,
+)
 from spark_queue.store.retries import now_us, repeated
 from spark_queue.store.session import Store
 
@@ -233,7 +245,8 @@ class Sender:
         Args:
             outgoing: Checked messages.
             ids: ``(id, requested_at)`` reserved earlier; fresh ids by default.
-            pending: Keep the messages invisible until ``release`` (send-once).
+            pending: Keep the messages invisible until released (send-once, with
+                ``timestamp``).
             now: Their enqueue time in ms (kept across a retry of the same send).
             timestamp: The write timestamp in microseconds (send-once); the
                 driver's by default.
@@ -247,12 +260,66 @@ class Sender:
         messages = self.new_messages(outgoing, ids, now, pending=pending, expires_at=expires_at)
         if timestamp is not None:  # send-once: its own protocol retries (staging.py)
             self._buckets.insert(messages, now_ms(), timestamp=timestamp)
-        else:  # idempotent: repeated with the same ids and write time (store/retries.py)
-            stamp = now_us()
-            repeated(lambda: self._buckets.insert(messages, now_ms(), timestamp=stamp))
-        return self.landed(
-            outgoing, ids, pending=pending, now=now, timestamp=timestamp, expires_at=expires_at
-        )
+            return self.landed(
+                outgoing, ids, pending=pending, now=now, timestamp=timestamp, expires_at=expires_at
+            )
+        # Idempotent: repeated with the same ids and write time (store/retries.py).
+        stamp = now_us()
+        chunks = write_chunks(messages, self._buckets.bucket_size)
+        if len(chunks) > 1 and not pending:
+            return self._write_all_or_nothing(outgoing, ids, now, stamp)
+        # One write (the common case): Cassandra applies it whole or not at all.
+        repeated(lambda: self._buckets.insert(messages, now_ms(), timestamp=stamp, chunks=chunks))
+        return self.landed(outgoing, ids, pending=pending, now=now)
+
+    def _write_all_or_nothing(
+        self, outgoing: Sequence[Outgoing], ids: Sequence[tuple[int, float]], now: int, stamp: int
+    ) -> list[int]:
+        """Write messages that take several writes so that they show all or none.
+
+        The send-once's mechanism without its record (``staging.py``): every
+        write puts its rows invisible at ``stamp`` (this host's clock, µs);
+        once all landed (and late ones were repaired), one release per bucket
+        moves ``visible_at`` alone at ``stamp + 1``. If any write or the
+        release fails, every copy it wrote is acked at ``stamp + 2`` and the
+        error is raised: a refused bucket leaves nothing to receive (a copy
+        the ack missed, such as a failed repair's, stays invisible until it
+        expires). The timestamps, not the order of arrival, decide: a repeated
+        write arriving after the release or the ack loses to them.
+
+        Clock skew: the release carries this host's clock. A consumer whose
+        clock is behind it by more than the time from release to receive
+        writes a lease whose ``visible_at`` loses to the release: the message
+        is delivered again (a duplicate), never lost; a one-write send has
+        the same bound with its insert. A release that failed part-way may
+        have shown some messages before they were acked: their consumers'
+        acks then count as stale, and the caller, told the send failed, sends
+        them again (at-least-once).
+        """
+        hidden = self.new_messages(outgoing, ids, now, pending=True)
+        expires_at = hidden[0].expires_at  # one for the batch
+        written = [message_id for message_id, _ in ids]
+        try:
+            repeated(lambda: self._buckets.insert(hidden, now_ms(), timestamp=stamp))
+            final = self.landed(
+                outgoing, ids, pending=True, now=now, timestamp=stamp, expires_at=expires_at
+            )
+            known = set(written)
+            written += [i for i in final if i not in known]
+            releases = [
+                LeaseWrite(self._buckets.bucket_of(i), i, 0, now + o.delay_ms, 0, m.expires_at)
+                for i, o, m in zip(final, outgoing, hidden, strict=True)
+            ]
+            repeated(lambda: self._buckets.release_shared({stamp + 1: releases}, now_ms()))
+        except BaseException:
+            # Best effort: if this fails too, the copies stay invisible until they expire.
+            with contextlib.suppress(SparkQueueError):
+                self.retire(written, expires_at, timestamp=stamp + 2)
+            raise
+        replaced = [old for (old, _), new in zip(ids, final, strict=True) if old != new]
+        if replaced:  # copies in sealed buckets, sent again by the repair
+            self.retire(replaced, expires_at, timestamp=stamp + 2)
+        return final
 
     def check_one(
         self,
@@ -361,11 +428,7 @@ class Sender:
             self._name,
             len(again),
         )
-        if expires_at is None:
-            expires_at = now + self._settings().message_ttl * 1000
-        if pending and timestamp is None:
-            # Nobody saw these invisible copies: ack them so their bucket can go.
-            self.retire([ids[n] for n in again], expires_at, timestamp=None)
+        # Invisible copies (pending) are retired by the caller, once the new ones are released.
         new_ids = self.write(
             [outgoing[n] for n in again],
             pending=pending,

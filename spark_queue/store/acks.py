@@ -77,8 +77,8 @@ from dataclasses import dataclass, field
 
 from spark_queue.defaults import ACK_PLAIN_MARGIN
 from spark_queue.store.buckets import Buckets
-from spark_queue.store.message_values import LeaseCheck, now_ms, ttl_left
-from spark_queue.store.message_writes import ACK_IN, BATCH_ROWS
+from spark_queue.store.message_values import BATCH_ROWS, LeaseCheck, now_ms, ttl_left
+from spark_queue.store.message_writes import ACK_IN
 
 ACK_READ = (
     "SELECT id, lease, acked, toUnixTimestamp(visible_at) FROM {ks}.messages"

@@ -70,6 +70,14 @@ class Candidate:
     lease: int
 
 
+# Rows per single-partition batch, and their messages' bytes (payload, headers, key):
+# far below Cassandra's mutation limit (half a commit-log segment) and kind to the
+# heap. A message over BATCH_BYTES goes alone; what one message may weigh is bounded by
+# the cluster's limits (store/write_limits.py).
+BATCH_ROWS = 2000
+BATCH_BYTES = 4 * 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class NewMessage:
     """A message about to be written."""
@@ -97,6 +105,31 @@ def message_bytes(m: NewMessage) -> int:
     if m.key is not None:
         size += len(m.key.encode())
     return size
+
+
+def write_chunks(messages: Sequence[NewMessage], bucket_size: int) -> list[list[NewMessage]]:
+    """``messages`` as ``MessageWrites.insert`` writes them: one single-partition batch each.
+
+    By bucket, in chunks of at most ``BATCH_ROWS`` rows and ``BATCH_BYTES``
+    bytes (``message_bytes``); a larger message goes alone. Cassandra applies
+    each write atomically; a send of several is made all or nothing by its
+    caller (``engine/sending.py``).
+    """
+    by_bucket: dict[int, list[list[NewMessage]]] = {}
+    sizes: dict[int, int] = {}
+    for m in messages:
+        bucket = m.id // bucket_size
+        size = len(m.payload) if not m.headers and m.key is None else message_bytes(m)
+        chunks = by_bucket.get(bucket)
+        if chunks is None:
+            by_bucket[bucket] = [[m]]
+        elif len(chunks[-1]) >= BATCH_ROWS or sizes[bucket] + size > BATCH_BYTES:
+            chunks.append([m])
+        else:
+            chunks[-1].append(m)
+            size += sizes[bucket]
+        sizes[bucket] = size
+    return [chunk for chunks in by_bucket.values() for chunk in chunks]
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from spark_queue.store.message_values import (
+    BATCH_ROWS,
     LeaseCheck,
     LeaseWrite,
     NewMessage,
@@ -28,16 +29,13 @@ from spark_queue.store.message_values import (
     by_shared_values,
     insert_cql,
     ttl_left,
+    write_chunks,
 )
 from spark_queue.store.session import Params, Store
 
 #: One row's write: its statement and its values.
 Row = tuple[str, Params]
 
-# Rows per single-partition batch, and their payload bytes: far below
-# Cassandra's mutation limit (half a commit-log segment) and kind to the heap.
-BATCH_ROWS = 2000
-BATCH_BYTES = 4 * 1024 * 1024
 # Conditional-ack rounds on one bucket before giving up on a contended batch.
 ACK_ROUNDS = 8
 
@@ -101,16 +99,23 @@ class MessageWrites:
     # -- writes ----------------------------------------------------------------
 
     def insert(
-        self, messages: Sequence[NewMessage], now: int, *, timestamp: int | None = None
+        self,
+        messages: Sequence[NewMessage],
+        now: int,
+        *,
+        timestamp: int | None = None,
+        chunks: Sequence[Sequence[NewMessage]] | None = None,
     ) -> None:
-        """Write messages, one single-partition batch per bucket (chunked), concurrently.
+        """Write messages, one single-partition batch per chunk (``write_chunks``), concurrently.
 
         ``timestamp`` (microseconds) replaces the driver's write timestamp.
+        ``chunks``: ``write_chunks`` of the messages, when the caller has them already.
         """
-        by_bucket: dict[int, list[Row]] = defaultdict(list)
-        for m in messages:
-            by_bucket[self.bucket_of(m.id)].append(self._insert_row(m, now, timestamp))
-        self._write_rows(by_bucket, payload_index=3, what="sending messages")
+        statements = [
+            self._statement_of([self._insert_row(m, now, timestamp) for m in chunk])
+            for chunk in (write_chunks(messages, self.bucket_size) if chunks is None else chunks)
+        ]
+        self.store.execute_many(statements, what="sending messages")
 
     def insert_statement(
         self, messages: Sequence[NewMessage], now: int, timestamp: int
@@ -118,7 +123,7 @@ class MessageWrites:
         """One single-partition write of ``messages`` at ``timestamp`` (µs), for its caller to run.
 
         The messages must all be of one bucket, at most ``BATCH_ROWS`` of them
-        and about ``BATCH_BYTES`` of payload (the producer's asynchronous path,
+        and about ``BATCH_BYTES`` of messages (the producer's asynchronous path,
         which repeats it as it is after a transient failure: ``store/retries.py``).
         """
         return self._statement_of([self._insert_row(m, now, timestamp) for m in messages])
@@ -215,27 +220,16 @@ class MessageWrites:
             {b: [(cql, row) for row in rows] for b, rows in by_bucket.items()}, what=what
         )
 
-    def _write_rows(
-        self,
-        by_bucket: Mapping[int, list[Row]],
-        *,
-        what: str,
-        payload_index: int | None = None,
-    ) -> None:
-        """Write each bucket's rows (statement and values) in single-partition batches."""
-        batches = []
-        for rows in by_bucket.values():
-            chunk: list[Row] = []
-            size = 0
-            for row in rows:
-                row_bytes = len(row[1][payload_index]) if payload_index is not None else 64
-                if chunk and (len(chunk) >= BATCH_ROWS or size + row_bytes > BATCH_BYTES):
-                    batches.append(self._statement_of(chunk))
-                    chunk, size = [], 0
-                chunk.append(row)
-                size += row_bytes
-            if chunk:
-                batches.append(self._statement_of(chunk))
+    def _write_rows(self, by_bucket: Mapping[int, list[Row]], *, what: str) -> None:
+        """Write each bucket's rows (statement and values) in single-partition batches.
+
+        Rows without a payload (leases, acks): chunks of ``BATCH_ROWS``.
+        """
+        batches = [
+            self._statement_of(rows[start : start + BATCH_ROWS])
+            for rows in by_bucket.values()
+            for start in range(0, len(rows), BATCH_ROWS)
+        ]
         self.store.execute_many(batches, what=what)
 
     def _statement(self, cql: str, rows: list[Sequence[Any]]) -> tuple[Any, Params]:
