@@ -39,7 +39,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
 #: The packages of the extras, which the core install must go without.
-OPTIONAL = ("pyspark", "pyarrow", "pandas", "yaml", "psutil", "cryptography", "prometheus_client")
+OPTIONAL = (
+    "pyspark",
+    "pyarrow",
+    "pandas",
+    "yaml",
+    "psutil",
+    "cryptography",
+    "prometheus_client",
+    "starlette",
+    "uvicorn",
+)
 #: Hides OPTIONAL from a Python process, as if they were not installed; then runs bdq.
 BDQ_WITHOUT_EXTRAS = (
     "import sys\n"
