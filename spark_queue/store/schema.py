@@ -23,6 +23,8 @@ TABLES = (
     "bucket_counts",
     "ownership",
     "lane_ownership",
+    "access_keys",
+    "sqs_queues",
 )
 
 #: ``(table, column, type)`` added to schema.cql after its first release: older
