@@ -21,7 +21,7 @@ MAX_LINES = 500
 PUBLIC_TOP_LEVEL = {"__init__", "client", "queue", "producer", "message", "errors", "config"}
 #: Documented constants, imported by config at the bottom layer (rq's defaults.py).
 SHARED_TOP_LEVEL = {"defaults"}
-SUBPACKAGES = {"engine", "store", "ops", "spark", "cli", "bench", "local"}
+SUBPACKAGES = {"engine", "store", "ops", "service", "spark", "cli", "bench", "local"}
 
 
 def modules() -> list[Path]:
@@ -78,7 +78,7 @@ def test_the_public_api_is_exactly_all() -> None:
     public = {name for name in vars(spark_queue) if not name.startswith("_")}
     modules_of_the_package = {"client", "config", "errors", "message", "producer", "queue"}
     modules_of_the_package |= {"defaults", "engine", "store", "ops", "spark", "cli", "bench"}
-    modules_of_the_package |= {"local", "annotations"}
+    modules_of_the_package |= {"local", "service", "annotations"}
     assert public - modules_of_the_package == set(spark_queue.__all__) - {"__version__"}
 
 
