@@ -1,0 +1,64 @@
+"""Running the service: uvicorn over the app, in one process or ``workers`` processes.
+
+Several workers share nothing but the keyspace, as several ``bdq serve``
+processes do: each is a stateless front end. Workers are started by uvicorn
+from an import string, so the connection settings reach them through the
+environment variable ``_BDQ_SERVE_SETTINGS`` (JSON), which this module sets for
+its own children only. Uvicorn's graceful shutdown (SIGINT, SIGTERM) lets
+requests in flight finish; waiting receives return at once, empty.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+from spark_queue.config import ConnectionSettings
+from spark_queue.errors import MissingExtra
+
+_SETTINGS_ENV = "_BDQ_SERVE_SETTINGS"
+
+
+def serve(settings: ConnectionSettings, host: str, port: int, workers: int = 1) -> None:
+    """Serve SQS's protocol on ``host:port`` until interrupted.
+
+    Args:
+        settings: The keyspace served and how to reach it.
+        host: The address to listen on.
+        port: The port to listen on.
+        workers: Server processes (uvicorn's workers).
+    """
+    try:
+        import uvicorn
+    except ImportError as e:
+        raise MissingExtra("bdq serve", "serve", e.name) from e
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_level": "warning",
+        "access_log": False,  # one line per request is the metrics' job
+        "lifespan": "on",
+    }
+    if workers == 1:
+        from spark_queue.service.app import create_app
+
+        uvicorn.run(create_app(settings), **options)
+        return
+    os.environ[_SETTINGS_ENV] = json.dumps(_settings_json(settings))
+    uvicorn.run("spark_queue.service.server:app_from_env", factory=True, workers=workers, **options)
+
+
+def app_from_env() -> Any:
+    """The app of a worker process, from the settings its parent left in the environment."""
+    from spark_queue.service.app import create_app
+
+    given = json.loads(os.environ[_SETTINGS_ENV])
+    return create_app(ConnectionSettings(**given))
+
+
+def _settings_json(settings: ConnectionSettings) -> dict[str, Any]:
+    values = dataclasses.asdict(settings)
+    values["hosts"] = [str(h) for h in settings.hosts]
+    return values
