@@ -24,6 +24,7 @@ from spark_queue.cli.message_commands import (
 from spark_queue.cli.metrics import metrics
 from spark_queue.cli.profiles import profile_option
 from spark_queue.cli.queue_commands import queue
+from spark_queue.cli.serve_commands import access_key, serve
 from spark_queue.cli.spark_commands import spark
 from spark_queue.cli.top import top
 
@@ -59,6 +60,8 @@ for command in (send, receive, peek, ack, change_visibility, reject):
 main.add_command(dlq)
 main.add_command(top)
 main.add_command(metrics)
+main.add_command(serve)
+main.add_command(access_key)
 main.add_command(spark)
 main.add_command(bench)
 bench.add_command(bench_stats)
