@@ -32,6 +32,7 @@ class Server:
     globex: NewKey
     settings: ConnectionSettings
     env: dict[str, str]
+    process: subprocess.Popen[bytes]
 
 
 def free_port() -> int:
@@ -66,7 +67,7 @@ def running_server(settings: ConnectionSettings) -> Iterator[Server]:
         )
         try:
             _wait_until_listening(process, port, output)
-            yield Server(f"http://127.0.0.1:{port}", acme, globex, settings, env)
+            yield Server(f"http://127.0.0.1:{port}", acme, globex, settings, env, process)
         finally:
             process.terminate()
             try:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -117,3 +119,25 @@ def test_a_bad_account_name_is_refused_in_one_line(server: Server) -> None:
 
     assert done.returncode == 1
     assert done.stderr.startswith("Error: account 'no.dots'")
+
+
+def test_sigterm_ends_long_polls_empty_and_the_server_exits_cleanly(
+    _module_keyspace: ConnectionSettings,
+) -> None:
+    with running_server(_module_keyspace) as own:
+        key = (own.acme.access_key_id, own.acme.secret_access_key)
+        url = _ok(_aws(own, *key, "sqs", "create-queue", "--queue-name", "stop"))["QueueUrl"]
+        answers: list[subprocess.CompletedProcess[str]] = []
+        args = ("sqs", "receive-message", "--queue-url", url, "--wait-time-seconds", "20")
+        waiting = threading.Thread(target=lambda: answers.append(_aws(own, *key, *args)))
+        waiting.start()
+        _ok(_aws(own, *key, "sqs", "list-queues"))  # the server answers while the poll waits
+
+        own.process.terminate()
+        waiting.join()
+        code = own.process.wait()
+
+    assert answers[0].returncode == 0, answers[0].stderr  # an empty answer, not an error
+    assert "Messages" not in answers[0].stdout
+    # uvicorn raises the signal again once it shut down gracefully: killed by it, no error
+    assert code in (0, -signal.SIGTERM)

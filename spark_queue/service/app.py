@@ -12,13 +12,16 @@ that says so.
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from types import FrameType
+from typing import Any
 from xml.sax.saxutils import escape
 
-import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -59,7 +62,8 @@ class Service:
         self.store = Store(settings)
         self.book = QueueBook(QueueClient(store=self.store), self.store)
         self.keys = AccessKeys(self.store)
-        self.stopping = anyio.Event()
+        #: Set when the server begins to shut down: waiting receives return, empty.
+        self.stopping = threading.Event()
 
     def close(self) -> None:
         """Release the queues' lanes and the connection."""
@@ -76,6 +80,7 @@ def create_app(settings: ConnectionSettings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         service = await run_in_threadpool(Service, settings)
         app.state.service = service
+        _stop_waits_on_signals(service.stopping)
         try:
             yield
         finally:
@@ -86,6 +91,29 @@ def create_app(settings: ConnectionSettings) -> Starlette:
         routes=[Route("/{path:path}", endpoint, methods=["GET", "POST", "PUT", "DELETE"])],
         lifespan=lifespan,
     )
+
+
+def _stop_waits_on_signals(stopping: threading.Event) -> None:
+    """Set ``stopping`` on SIGINT or SIGTERM, then let the server's own handler run.
+
+    Uvicorn waits for requests in flight before it shuts the app down, so a
+    long-polling receive would hold the shutdown for up to 20 s; this ends such
+    waits at the signal. Signals reach the main thread only: elsewhere, nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(sig)
+
+        def handler(number: int, frame: FrameType | None, previous: Any = previous) -> None:
+            stopping.set()
+            if callable(previous):
+                previous(number, frame)
+            else:  # no server handler: the signal's own disposition, as before
+                signal.signal(number, previous)
+                signal.raise_signal(number)
+
+        signal.signal(sig, handler)
 
 
 async def endpoint(request: Request) -> Response:

@@ -5,11 +5,12 @@ with no wait of its own (``wait=0``) and returns at once; between attempts the
 request sleeps on the event loop, holding no thread. The pause between attempts
 starts at ``FIRST_PAUSE`` and doubles up to ``LONGEST_PAUSE``, so a message sent
 to an idle queue is found within that long, and an idle waiter costs a few
-reads a second. A server shutting down ends its waits at once, empty.
+reads a second. A server shutting down ends its waits within a pause, empty.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -86,7 +87,7 @@ def attempt(plan: ReceivePlan) -> list[Delivery]:
 
 
 async def receive_message(
-    book: QueueBook, caller: Caller, params: Mapping[str, Any], stopping: anyio.Event
+    book: QueueBook, caller: Caller, params: Mapping[str, Any], stopping: threading.Event
 ) -> dict[str, Any]:
     """ReceiveMessage, waiting up to WaitTimeSeconds for a message (see the module docstring)."""
     plan = await run_in_threadpool(plan_receive, book, caller, params)
@@ -97,8 +98,7 @@ async def receive_message(
         left = deadline - time.monotonic()
         if deliveries or left <= 0 or stopping.is_set():
             break
-        with anyio.move_on_after(min(pause, left)):
-            await stopping.wait()
+        await anyio.sleep(min(pause, left))
         pause = min(pause * 2, LONGEST_PAUSE)
     messages = [answer_of(plan, d) for d in deliveries]
     return {"Messages": messages} if messages else {}

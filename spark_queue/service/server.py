@@ -5,7 +5,8 @@ processes do: each is a stateless front end. Workers are started by uvicorn
 from an import string, so the connection settings reach them through the
 environment variable ``_BDQ_SERVE_SETTINGS`` (JSON), which this module sets for
 its own children only. Uvicorn's graceful shutdown (SIGINT, SIGTERM) lets
-requests in flight finish; waiting receives return at once, empty.
+requests in flight finish; waiting receives return empty within 200 ms
+(``app.py`` hooks the signals for them).
 """
 
 from __future__ import annotations
