@@ -141,3 +141,20 @@ def test_sigterm_ends_long_polls_empty_and_the_server_exits_cleanly(
     assert "Messages" not in answers[0].stdout
     # uvicorn raises the signal again once it shut down gracefully: killed by it, no error
     assert code in (0, -signal.SIGTERM)
+
+
+def test_serve_on_a_missing_keyspace_fails_in_one_line(server: Server) -> None:
+    hosts = ",".join(str(h) for h in server.settings.hosts)
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "spark_queue.cli", "serve", "--hosts", hosts),
+            *("--keyspace", "t_nosuchkeyspace", "--port", "1"),
+        ],
+        env=server.env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: keyspace 't_nosuchkeyspace' not found")

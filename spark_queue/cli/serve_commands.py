@@ -37,6 +37,13 @@ def serve(settings: ConnectionSettings, host: str, port: int, workers: int) -> N
     """
     from spark_queue.service.server import serve as run
 
+    # Fail here in one line (a missing table, an unreachable cluster, a bad server
+    # key), not in a traceback of the server's startup.
+    store = Store(settings)
+    try:
+        AccessKeys(store)
+    finally:
+        store.close()
     shown = f"[{host}]" if ":" in host else host
     echo_progress(
         f"serving SQS (AWS JSON 1.0) on http://{shown}:{port} for keyspace"
