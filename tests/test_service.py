@@ -292,10 +292,42 @@ def test_change_visibility_makes_a_message_visible_again(sqs: Any) -> None:
     [second] = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"]
 
     assert second["MessageId"] == first["MessageId"]
-    with pytest.raises(sqs.exceptions.MessageNotInflight):  # the first delivery is over
+    assert second["ReceiptHandle"] != first["ReceiptHandle"]
+    with pytest.raises(sqs.exceptions.MessageNotInflight):  # received again: that one is over
         sqs.change_message_visibility(
             QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=5
         )
+    with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid):
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+
+
+def test_a_handle_still_deletes_after_its_visibility_was_changed(server: Server, sqs: Any) -> None:
+    # Given a worker that extends its lease twice while it works, as on SQS
+    url = sqs.create_queue(QueueName="heartbeat")["QueueUrl"]
+    sqs.send_message_batch(
+        QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "a"}, {"Id": "b", "MessageBody": "b"}]
+    )
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=30)
+    handles = [m["ReceiptHandle"] for m in got["Messages"]]
+    assert len(handles) == 2
+    for seconds in (60, 120):
+        sqs.change_message_visibility(
+            QueueUrl=url, ReceiptHandle=handles[0], VisibilityTimeout=seconds
+        )
+    changed = sqs.change_message_visibility_batch(
+        QueueUrl=url, Entries=[{"Id": "b", "ReceiptHandle": handles[1], "VisibilityTimeout": 90}]
+    )
+    assert [e["Id"] for e in changed["Successful"]] == ["b"]
+
+    # When it deletes with the handles of its receive
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=handles[0])
+    deleted = sqs.delete_message_batch(
+        QueueUrl=url, Entries=[{"Id": "b", "ReceiptHandle": handles[1]}]
+    )
+
+    # Then both messages are gone
+    assert [e["Id"] for e in deleted["Successful"]] == ["b"]
+    assert _bdq_messages(server, "acme.heartbeat") == 0
 
 
 def test_purge_removes_every_message(server: Server, sqs: Any) -> None:

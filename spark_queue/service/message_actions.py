@@ -3,10 +3,13 @@
 Each checks every parameter before it writes; a batch answers per entry, a bad
 entry failing alone. ReceiveMessage, which waits, is ``long_poll.py``'s.
 
-A receipt handle is the queue's receipt. DeleteMessage with a receipt that no
-longer names the current delivery (the message was received again, or its
-visibility changed) fails with ReceiptHandleIsInvalid and deletes nothing, where
-SQS answers success: the caller learns that the message will come back.
+A receipt handle is the queue's receipt. A visibility change gives the message a
+new receipt, which SQS's answer has no field for, so the handle the client holds
+is recorded as naming the new one (``store/sqs_receipts.py``) and later changes and
+deletes with that handle reach the message, as on SQS. DeleteMessage with a handle
+that no longer names the current delivery (deleted already, or received again once
+its lease ran out) fails with ReceiptHandleIsInvalid and deletes nothing, where SQS
+answers success: the caller learns that the message will come back.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from spark_queue.service.queue_actions import Action
 from spark_queue.service.queue_urls import Caller, parse_queue_url
 from spark_queue.service.queues import QueueBook, sqs_errors
 from spark_queue.store.sqs_queues import SqsQueueRow
+from spark_queue.store.sqs_receipts import current_of, record_current
 
 MAX_BATCH = 10
 #: Most bytes of a batch's messages together (SQS's, since it raised the message limit).
@@ -204,8 +208,8 @@ def _stale_delete(receipt: str) -> SqsError:
     return SqsError(
         "ReceiptHandleIsInvalid",
         f"The receipt handle {receipt[:40]}... no longer names the message's current delivery"
-        " (deleted already, received again after its visibility timeout, or its visibility was"
-        " changed): nothing was deleted",
+        " (deleted already, or received again after its visibility timeout): nothing was"
+        " deleted",
     )
 
 
@@ -215,11 +219,19 @@ def delete_message(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -
     queue, _ = book.open(parse_queue_url(url, caller.account), url or "")
     receipt = _receipt(params.get("ReceiptHandle"))
     with sqs_errors(url or ""):
-        try:
-            queue.ack(receipt)
-        except StaleReceipt as e:
-            raise _stale_delete(receipt) from e
+        if _ack_handles(book, queue, [receipt]):
+            raise _stale_delete(receipt)
     return {}
+
+
+def _ack_handles(book: QueueBook, queue: Queue, handles: list[str]) -> set[str]:
+    """Ack what each handle names now (see the module docstring); return those still stale."""
+    stale = set(queue.ack_batch(handles, strict=False))
+    moved = {h: c for h in stale if (c := current_of(book.store, h)) is not None}
+    if moved:
+        still = set(queue.ack_batch(list(moved.values()), strict=False))
+        stale -= {h for h, current in moved.items() if current not in still}
+    return stale
 
 
 def delete_message_batch(
@@ -239,7 +251,7 @@ def delete_message_batch(
     stale: set[str] = set()
     if good:
         with sqs_errors(url or ""):
-            stale = set(queue.ack_batch(list(good.values()), strict=False))
+            stale = _ack_handles(book, queue, list(good.values()))
     successful = []
     for id_, receipt in good.items():
         if receipt in stale:
@@ -249,16 +261,30 @@ def delete_message_batch(
     return {"Successful": successful, "Failed": failed}
 
 
-def _change(queue: Queue, receipt: str, seconds: int, url: str) -> None:
+def _change(book: QueueBook, queue: Queue, handle: str, seconds: int, url: str) -> None:
+    """Change the visibility of what ``handle`` names now, and record the new receipt."""
     with sqs_errors(url):
         try:
-            queue.change_visibility(receipt, float(seconds))
+            new = queue.change_visibility(handle, float(seconds))
         except StaleReceipt as e:
-            raise SqsError(
-                "MessageNotInflight",
-                f"The receipt handle {receipt[:40]}... names no message in flight under it"
-                " (deleted, received again, or its visibility changed already).",
-            ) from e
+            new = _change_current(book, queue, handle, seconds, e)
+        record_current(book.store, handle, new, seconds)
+
+
+def _change_current(
+    book: QueueBook, queue: Queue, handle: str, seconds: int, stale: StaleReceipt
+) -> str:
+    current = current_of(book.store, handle)
+    try:
+        if current is None:
+            raise stale
+        return queue.change_visibility(current, float(seconds))
+    except StaleReceipt as e:
+        raise SqsError(
+            "MessageNotInflight",
+            f"The receipt handle {handle[:40]}... names no message in flight under it"
+            " (deleted, or received again after its visibility timeout).",
+        ) from e
 
 
 def _visibility(params: Mapping[str, Any]) -> int:
@@ -275,7 +301,7 @@ def change_message_visibility(
     url = text(params, "QueueUrl")
     queue, _ = book.open(parse_queue_url(url, caller.account), url or "")
     receipt = _receipt(params.get("ReceiptHandle"))
-    _change(queue, receipt, _visibility(params), url or "")
+    _change(book, queue, receipt, _visibility(params), url or "")
     return {}
 
 
@@ -297,7 +323,7 @@ def change_message_visibility_batch(
         try:
             if isinstance(receipt, SqsError):
                 raise receipt
-            _change(queue, receipt, seconds, url or "")
+            _change(book, queue, receipt, seconds, url or "")
             successful.append({"Id": id_})
         except SqsError as e:
             if e.status >= 500:

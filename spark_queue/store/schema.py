@@ -25,6 +25,7 @@ TABLES = (
     "lane_ownership",
     "access_keys",
     "sqs_queues",
+    "sqs_receipts",
 )
 
 #: ``(table, column, type)`` added to schema.cql after its first release: older
