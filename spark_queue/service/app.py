@@ -138,7 +138,8 @@ async def endpoint(request: Request) -> Response:
                     " lists them)",
                 )
             answer = await run_in_threadpool(run, service.book, caller, params)
-    except SqsError as e:
+    except Exception as caught:
+        e = caught if isinstance(caught, SqsError) else _internal(request_id, caught)
         if e.status >= 500:
             log.warning("request %s: %s: %s", request_id, e.shape, e.message)
         return Response(
@@ -150,6 +151,12 @@ async def endpoint(request: Request) -> Response:
     return Response(
         encode_body(answer), media_type=CONTENT_TYPE, headers={"x-amzn-RequestId": request_id}
     )
+
+
+def _internal(request_id: str, error: Exception) -> SqsError:
+    """A bug or an unexpected failure: logged whole, answered as SQS's retryable 500."""
+    log.exception("request %s failed", request_id, exc_info=error)
+    return SqsError("InternalError", f"the server failed on request {request_id}; see its log")
 
 
 async def _body(request: Request) -> bytes:
