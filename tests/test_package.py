@@ -252,6 +252,16 @@ def test_metrics_serve_without_its_extra_fails_in_one_line() -> None:
     ]
 
 
+def test_serve_without_its_extra_fails_in_one_line() -> None:
+    result = _bdq_without_extras("serve", "--port", "1")
+
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        "Error: the SQS service (bdq serve, bdq access-key) needs the 'serve' extra"
+        " (cryptography.fernet is not installed): pip install 'spark-queue[serve]'"
+    ]
+
+
 def test_the_exporter_module_names_the_metrics_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # restored after the test
     monkeypatch.delitem(sys.modules, "spark_queue.ops.prometheus", raising=False)

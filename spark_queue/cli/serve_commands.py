@@ -13,7 +13,7 @@ from spark_queue.cli.flags import (
 )
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import InvalidSetting
-from spark_queue.service.accounts import AccessKeys
+from spark_queue.service.accounts import AccessKeys, server_cipher
 from spark_queue.store.session import Store
 
 
@@ -37,11 +37,12 @@ def serve(settings: ConnectionSettings, host: str, port: int, workers: int) -> N
     """
     from spark_queue.service.server import serve as run
 
-    # Fail here in one line (a missing table, an unreachable cluster, a bad server
-    # key), not in a traceback of the server's startup.
+    # Fail here in one line (a missing extra, a bad server key, a missing table, an
+    # unreachable cluster), not in a traceback of the server's startup.
+    cipher = server_cipher()
     store = Store(settings)
     try:
-        AccessKeys(store)
+        AccessKeys(store, cipher)
     finally:
         store.close()
     shown = f"[{host}]" if ":" in host else host

@@ -77,7 +77,7 @@ def server_cipher(*, create: bool = True) -> Fernet:
     try:
         from cryptography.fernet import Fernet
     except ImportError as e:
-        raise MissingExtra("bdq serve and bdq access-key", "serve", e.name) from e
+        raise MissingExtra("the SQS service (bdq serve, bdq access-key)", "serve", e.name) from e
     text = os.environ.get(KEY_ENV)
     where = f"the variable {KEY_ENV}"
     if not text:
