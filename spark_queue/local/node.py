@@ -17,7 +17,6 @@ when ``BDQ_CASSANDRA_HOSTS`` points at a cluster.
 from __future__ import annotations
 
 import contextlib
-import errno
 import ipaddress
 import json
 import logging
@@ -25,7 +24,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -46,6 +44,7 @@ from spark_queue.local.node_conf import (
 from spark_queue.local.processes import (
     CHILDREN,
     NODE_TIMER_SLACK_US,
+    check_ports_free,
     find_java,
     live_pid,
     port_open,
@@ -174,15 +173,10 @@ class LocalCluster:
         return [self._recorded(i) for i in indexes]
 
     def nodes_to_start(self, nodes: int | None = None) -> int:
-        """How many nodes a start should bring up: by default, every node of this home.
+        """How many nodes a start brings up: ``nodes``, or by default all this home holds (or 1).
 
-        A home that holds a cluster of N nodes (folders ``node1`` to ``nodeN``) starts
-        all N: node 1 alone would answer, yet leave keyspaces replicated on the others
-        without a quorum (``Cannot achieve consistency level LOCAL_SERIAL``). An empty
-        home starts one node.
-
-        Args:
-            nodes: How many nodes the user asked for; None for the whole cluster.
+        Node 1 alone of a cluster of N would leave keyspaces replicated on the others
+        without a quorum (``Cannot achieve consistency level LOCAL_SERIAL``).
 
         Raises:
             LocalNodeError: ``nodes`` is out of range, or fewer than the home holds.
@@ -258,10 +252,8 @@ class LocalCluster:
         """Start nodes 1..``nodes`` one after another; running ones are left alone.
 
         Args:
-            nodes: How many nodes; None for every node of this home, at least one
-                (``nodes_to_start``). A number below the home's count starts only
-                those, as the fault tests do to bring back one node of several; the
-                command line refuses it.
+            nodes: How many nodes; None for all of this home's (``nodes_to_start``).
+                Fewer starts only those (the fault tests bring back one of several).
             settings: Extra top-level ``cassandra.yaml`` settings.
             tls: None for plain text; ``"optional"`` serves TLS and plain text on
                 the CQL port, ``"required"`` TLS only. TLS clients must show the
@@ -321,7 +313,7 @@ class LocalCluster:
                     f"{spec.native_port} (not started from {self.home}); using it"
                 )
                 continue
-            _check_ports_free(spec)
+            check_ports_free(spec)
             spec = replace(spec, tls=tls, auth=auth)
             self._write_config(spec, auto_bootstrap=index > 1, settings=extra)
             pid = self._launch(spec, java, classpath, agent)
@@ -452,28 +444,6 @@ class LocalCluster:
 
 
 # -- helpers -----------------------------------------------------------------
-
-
-def _check_ports_free(spec: NodeSpec) -> None:
-    """Fail before launching when another process holds one of the node's ports."""
-    for purpose, address, port in (
-        ("CQL (native transport)", spec.address, spec.native_port),
-        ("storage", spec.address, spec.storage_port),
-        ("JMX", "127.0.0.1", spec.jmx_port),
-    ):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            # As the JVM's server sockets do: connections of a previous run lingering
-            # in TIME_WAIT do not hold the port; another listener does.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((address, port))
-            except OSError as e:
-                reason = "is already in use" if e.errno == errno.EADDRINUSE else f"failed: {e}"
-                raise LocalNodeError(
-                    f"node{spec.index}: {purpose} port {address}:{port} {reason} by another"
-                    " process; stop that process, or start with other ports"
-                    " (bdq cassandra start --native-port/--storage-port/--jmx-port)"
-                ) from e
 
 
 def _log_tail(spec: NodeSpec, lines: int = LOG_TAIL_LINES) -> str:

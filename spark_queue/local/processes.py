@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import functools
 import logging
 import os
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from spark_queue.errors import LocalNodeError, MissingExtra
+from spark_queue.local.node_conf import NodeSpec
 
 #: Nodes this process launched, by pid (see ``LocalCluster._launch``): reaped here.
 CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -147,6 +149,28 @@ def port_open(address: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1.0)
         return sock.connect_ex((address, port)) == 0
+
+
+def check_ports_free(spec: NodeSpec) -> None:
+    """Fail before launching when another process holds one of the node's ports."""
+    for purpose, address, port in (
+        ("CQL (native transport)", spec.address, spec.native_port),
+        ("storage", spec.address, spec.storage_port),
+        ("JMX", "127.0.0.1", spec.jmx_port),
+    ):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # As the JVM's server sockets do: connections of a previous run lingering
+            # in TIME_WAIT do not hold the port; another listener does.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((address, port))
+            except OSError as e:
+                reason = "is already in use" if e.errno == errno.EADDRINUSE else f"failed: {e}"
+                raise LocalNodeError(
+                    f"node{spec.index}: {purpose} port {address}:{port} {reason} by another"
+                    " process; stop that process, or start with other ports"
+                    " (bdq cassandra start --native-port/--storage-port/--jmx-port)"
+                ) from e
 
 
 @contextlib.contextmanager
