@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import pytest
 
+from spark_queue import QueueClient
 from spark_queue.bench.faults_pipeline import PHASES, PipelineFaultsResult
 from spark_queue.message import Delivery
 from spark_queue.queue import Queue
 from spark_queue.store import acks
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.message_values import LeaseCheck
+from spark_queue.store.session import Store
+
+if TYPE_CHECKING:
+    from tests.conftest import Backend
 
 
 def drain_deliveries(queue: Queue, *, batch: int = 100, wait: float = 0.0) -> list[Delivery]:
@@ -75,3 +83,25 @@ def assert_killed_and_exactly_once(
     assert result.delivered == messages, why
     assert result.source_left == 0, why
     assert result.target_left == 0, why
+
+
+@contextmanager
+def client_with_clock_offset(backend: Backend, seconds: float) -> Iterator[QueueClient]:
+    """A client on ``backend`` whose plain writes are stamped ``seconds`` off the store's clock.
+
+    As a host whose clock is off writes: the driver's timestamp generator is shifted
+    (the memory store's ``with_clock_offset`` on the memory store). Clocks the engine
+    reads itself (``sending.now_ms``, ...) are the caller's to shift.
+    """
+    if backend.store is not None:
+        with QueueClient(store=backend.store.with_clock_offset(seconds)) as client:
+            yield client
+        return
+    store = Store(backend.settings)
+    generator = store.cluster.timestamp_generator
+    store.cluster.timestamp_generator = lambda: generator() + int(seconds * 1_000_000)
+    try:
+        with QueueClient(store=store) as client:
+            yield client
+    finally:
+        store.close()

@@ -22,8 +22,8 @@ import pytest
 
 from spark_queue import QueueClient, StaleReceipt
 from spark_queue.engine import sending
-from spark_queue.store.session import Store
 from tests.conftest import Backend
+from tests.helpers import client_with_clock_offset
 
 pytestmark = pytest.mark.both_stores
 
@@ -41,18 +41,8 @@ def host_skewed(
     real_now_us = sending.now_us
     monkeypatch.setattr(sending, "now_us", lambda: real_now_us() + int(seconds * 1_000_000))
     try:
-        if backend.store is not None:
-            with QueueClient(store=backend.store.with_clock_offset(seconds)) as client:
-                yield client
-            return
-        store = Store(backend.settings)
-        generator = store.cluster.timestamp_generator
-        store.cluster.timestamp_generator = lambda: generator() + int(seconds * 1_000_000)
-        try:
-            with QueueClient(store=store) as client:
-                yield client
-        finally:
-            store.close()
+        with client_with_clock_offset(backend, seconds) as client:
+            yield client
     finally:
         monkeypatch.setattr(sending, "now_us", real_now_us)
 

@@ -20,8 +20,8 @@ from spark_queue import QueueClient
 from spark_queue.engine import sending, staging
 from spark_queue.errors import BackendUnavailable, StaleReceipt
 from spark_queue.queue import Queue
-from spark_queue.store.session import Store
 from tests.conftest import Backend
+from tests.helpers import client_with_clock_offset
 
 pytestmark = pytest.mark.both_stores
 
@@ -34,18 +34,8 @@ def host_ahead(
     real_now_ms = sending.now_ms
     for module in (sending, staging):
         monkeypatch.setattr(module, "now_ms", lambda: real_now_ms() + int(seconds * 1000))
-    if backend.store is not None:
-        with QueueClient(store=backend.store.with_clock_offset(seconds)) as client:
-            yield client
-    else:
-        store = Store(backend.settings)
-        generator = store.cluster.timestamp_generator
-        store.cluster.timestamp_generator = lambda: generator() + int(seconds * 1_000_000)
-        try:
-            with QueueClient(store=store) as client:
-                yield client
-        finally:
-            store.close()
+    with client_with_clock_offset(backend, seconds) as client:
+        yield client
     for module in (sending, staging):
         monkeypatch.setattr(module, "now_ms", real_now_ms)
 
