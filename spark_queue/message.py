@@ -140,3 +140,19 @@ class QueueStats:
     def total(self) -> int:
         """Every message still in the queue."""
         return self.visible + self.in_flight + self.delayed
+
+
+@dataclass(frozen=True, slots=True)
+class SentOnce:
+    """What the send log holds of one ``send_batch_once`` key (``Staging.record``).
+
+    Attributes:
+        ids: The ids recorded for its messages, in order.
+        first_sent_ms: When its first attempt began (ms since the epoch, that
+            attempt's clock, fixed by a lightweight transaction).
+        done: Its messages were released: visible to consumers (after their delay).
+    """
+
+    ids: tuple[int, ...]
+    first_sent_ms: int
+    done: bool

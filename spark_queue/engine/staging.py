@@ -48,6 +48,7 @@ from spark_queue.engine import counters
 from spark_queue.engine.send_order import lay_out, row_digest
 from spark_queue.engine.sending import Outgoing, Sender
 from spark_queue.errors import SparkQueueError
+from spark_queue.message import SentOnce
 from spark_queue.store.buckets import Buckets
 from spark_queue.store.message_values import LeaseWrite, now_ms
 from spark_queue.store.send_log import SendKey, SendLog, SendRecord, SendState
@@ -128,6 +129,18 @@ class Staging:
         staged = self.stage(key, outgoing)
         self.publish([staged])
         return list(staged.ids)
+
+    def record(self, key: SendKey) -> SentOnce | None:
+        """What the log holds of ``key``: its ids, first attempt's time and whether released.
+
+        For a producer that decides by the first send's age (the HTTP service's
+        FIFO deduplication window); read at serial consistency, so a send that
+        returned is seen.
+        """
+        found = self._log.read(*key)
+        if found is None:
+            return None
+        return SentOnce(tuple(found.ids), found.written_at, found.state is SendState.DONE)
 
     def stage_part(
         self, writer: str, step: int, part: int, outgoing: Sequence[Outgoing], size: int

@@ -22,7 +22,8 @@ from starlette.concurrency import run_in_threadpool
 
 from spark_queue.message import Delivery
 from spark_queue.queue import Queue
-from spark_queue.service.message_actions import MAX_VISIBILITY, message_id
+from spark_queue.service.fifo import DEDUP_HEADER
+from spark_queue.service.message_actions import MAX_VISIBILITY, message_id, sequence_number
 from spark_queue.service.message_attributes import (
     SENDER_HEADER,
     from_headers,
@@ -32,13 +33,15 @@ from spark_queue.service.message_attributes import (
     selected,
 )
 from spark_queue.service.protocol import integer, string_list, text
-from spark_queue.service.queue_urls import Caller, parse_queue_url
+from spark_queue.service.queue_urls import Caller, is_fifo, parse_queue_url
 from spark_queue.service.queues import QueueBook, sqs_errors
 
 FIRST_PAUSE = 0.02
 LONGEST_PAUSE = 0.2
 #: System attributes a message answers (others asked for are left out, as unset).
 SYSTEM_ATTRIBUTES = ("SenderId", "SentTimestamp", "ApproximateReceiveCount")
+#: And a FIFO queue's messages.
+FIFO_ATTRIBUTES = ("MessageGroupId", "MessageDeduplicationId", "SequenceNumber")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +67,8 @@ def plan_receive(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> 
     asked = string_list(params, "AttributeNames") + string_list(
         params, "MessageSystemAttributeNames"
     )
-    system = (
-        SYSTEM_ATTRIBUTES if "All" in asked else tuple(a for a in SYSTEM_ATTRIBUTES if a in asked)
-    )
+    known = SYSTEM_ATTRIBUTES + (FIFO_ATTRIBUTES if is_fifo(name) else ())
+    system = known if "All" in asked else tuple(a for a in known if a in asked)
     names = tuple(string_list(params, "MessageAttributeNames"))
     queue, row = book.open(name, url)
     return ReceivePlan(
@@ -121,8 +123,13 @@ def answer_of(plan: ReceivePlan, delivery: Delivery) -> dict[str, Any]:
             "SenderId": delivery.headers.get(SENDER_HEADER, "bdq"),
             "SentTimestamp": str(int((sent or datetime.now(UTC)).timestamp() * 1000)),
             "ApproximateReceiveCount": str(delivery.delivery_count),
+            "SequenceNumber": sequence_number(delivery.id),
         }
-        message["Attributes"] = {name: values[name] for name in plan.system}
+        if delivery.key is not None:
+            values["MessageGroupId"] = delivery.key
+        if DEDUP_HEADER in delivery.headers:
+            values["MessageDeduplicationId"] = delivery.headers[DEDUP_HEADER]
+        message["Attributes"] = {name: values[name] for name in plan.system if name in values}
     if plan.attribute_names:
         chosen = selected(from_headers(delivery.headers), plan.attribute_names)
         digest = md5_of_attributes(chosen)

@@ -23,6 +23,12 @@ from typing import Any
 from spark_queue.errors import InvalidSetting, StaleReceipt
 from spark_queue.message import Receipt
 from spark_queue.queue import Queue
+from spark_queue.service.fifo import (
+    DEDUP_HEADER,
+    fifo_ids,
+    refuse_fifo_ids,
+    send_deduplicated,
+)
 from spark_queue.service.message_attributes import (
     SENDER_HEADER,
     Attribute,
@@ -33,7 +39,7 @@ from spark_queue.service.message_attributes import (
 )
 from spark_queue.service.protocol import SqsError, integer, invalid, required, text
 from spark_queue.service.queue_actions import Action
-from spark_queue.service.queue_urls import Caller, parse_queue_url
+from spark_queue.service.queue_urls import Caller, is_fifo, parse_queue_url
 from spark_queue.service.queues import QueueBook, sqs_errors
 from spark_queue.store.sqs_queues import SqsQueueRow
 from spark_queue.store.sqs_receipts import current_of, record_current
@@ -53,16 +59,19 @@ def message_id(queue: Queue, id_: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """One message checked for sending."""
+    """One message checked for sending; ``fifo`` its (group, deduplication id) on a FIFO queue."""
 
     body: str
     attributes: list[Attribute]
     delay: int
+    fifo: tuple[str, str] | None = None
 
     def headers(self, account: str) -> dict[str, str]:
-        """The headers that keep its attributes and sender."""
+        """The headers that keep its attributes, sender and deduplication id."""
         kept = dict(a.header() for a in self.attributes)
         kept[SENDER_HEADER] = account
+        if self.fifo is not None:
+            kept[DEDUP_HEADER] = self.fifo[1]
         return kept
 
     def size(self) -> int:
@@ -75,7 +84,14 @@ class Outgoing:
         digest = md5_of_attributes(self.attributes)
         if digest is not None:
             answer["MD5OfMessageAttributes"] = digest
+        if self.fifo is not None:
+            answer["SequenceNumber"] = sequence_number(id_)
         return answer
+
+
+def sequence_number(id_: int) -> str:
+    """A FIFO message's SequenceNumber: its id, which grows with each send of a handle."""
+    return str(id_)
 
 
 def _outgoing(params: Mapping[str, Any], queue: Queue, row: SqsQueueRow) -> Outgoing:
@@ -88,15 +104,23 @@ def _outgoing(params: Mapping[str, Any], queue: Queue, row: SqsQueueRow) -> Outg
     check_characters(body, "the message body")
     if params.get("MessageSystemAttributes"):
         raise invalid("MessageSystemAttributes are not supported by bdq serve yet.")
-    if params.get("MessageGroupId") or params.get("MessageDeduplicationId"):
-        raise invalid(
-            "MessageGroupId and MessageDeduplicationId are for FIFO queues, not supported yet."
-        )
     delay = integer(params, "DelaySeconds", 0, MAX_DELAY)
+    fifo = None
+    if is_fifo(queue.name):
+        if delay is not None:
+            raise invalid(
+                "Value for parameter DelaySeconds is invalid. Reason: The request include"
+                " parameter that is not valid for this queue type (FIFO queues take the"
+                " queue's DelaySeconds only)."
+            )
+        fifo = fifo_ids(params, body, row.content_dedup)
+    else:
+        refuse_fifo_ids(params)
     message = Outgoing(
         body,
         parse_attributes(params.get("MessageAttributes")),
         row.delay_seconds if delay is None else delay,
+        fifo,
     )
     limit = queue.settings.max_message_bytes
     if message.size() > limit:
@@ -108,10 +132,21 @@ def _outgoing(params: Mapping[str, Any], queue: Queue, row: SqsQueueRow) -> Outg
 
 
 def _send(queue: Queue, caller: Caller, messages: list[Outgoing]) -> list[int]:
+    """Send checked messages: a standard queue's together, a FIFO queue's each once."""
+    if is_fifo(queue.name):
+        return [_send_fifo(queue, caller, m) for m in messages]
     return queue.send_batch(
         [m.body.encode() for m in messages],
         headers=[m.headers(caller.account) for m in messages],
         delay=[float(m.delay) for m in messages],
+    )
+
+
+def _send_fifo(queue: Queue, caller: Caller, message: Outgoing) -> int:
+    assert message.fifo is not None
+    group, dedup = message.fifo
+    return send_deduplicated(
+        queue, message.body.encode(), message.headers(caller.account), message.delay, group, dedup
     )
 
 
@@ -181,7 +216,14 @@ def send_message_batch(
             f" {total} bytes.",
         )
     successful = []
-    if good:
+    if good and is_fifo(queue.name):  # each entry on its own, in order
+        for id_, m in good:
+            try:
+                with sqs_errors(url or ""):
+                    successful.append({"Id": id_, **m.answer(queue, _send_fifo(queue, caller, m))})
+            except SqsError as e:
+                failed.append(_failed(id_, e))
+    elif good:
         with sqs_errors(url or ""):
             sent = _send(queue, caller, [m for _, m in good])
         successful = [

@@ -22,6 +22,7 @@ from spark_queue.service.queue_urls import (
     Caller,
     bdq_name,
     check_sqs_name,
+    is_fifo,
     parse_queue_url,
     sqs_name,
 )
@@ -37,7 +38,8 @@ def create_queue(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> 
     name = check_sqs_name(text(params, "QueueName"))
     if params.get("tags"):
         raise invalid("Tags are not supported by bdq serve yet.")
-    wanted = qa.parse_wanted(params.get("Attributes"))
+    fifo = is_fifo(name)
+    wanted = qa.parse_wanted(params.get("Attributes"), fifo=fifo, creating=True)
     full = bdq_name(caller.account, name)
     url = caller.url(name)
     with sqs_errors(url):
@@ -50,8 +52,12 @@ def create_queue(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> 
             _same_or_refuse(name, wanted, queue, row)
             return {"QueueUrl": url}
         new = wanted.with_defaults()
+        # A FIFO group is a key: its lane hands out the oldest message first (K = 1).
+        settings = new.settings()
+        if fifo:
+            settings["order_hint"] = 1
         try:
-            queue = book.client.create_queue(full, **new.settings())
+            queue = book.client.create_queue(full, **settings)
         except QueueExists:  # made meanwhile by another request
             queue, row = book.open(full, url)
             _same_or_refuse(name, wanted, queue, row)
@@ -60,7 +66,7 @@ def create_queue(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> 
         write_row(
             book.store,
             queue.queue_id,
-            SqsQueueRow(new.delay or 0, new.receive_wait or 0, now, now),
+            SqsQueueRow(new.delay or 0, new.receive_wait or 0, now, now, bool(new.content_dedup)),
         )
         book.forget(full)
     return {"QueueUrl": url}
@@ -135,7 +141,7 @@ def get_queue_attributes(
     """GetQueueAttributes: the attributes asked for (``All`` for every one)."""
     url = text(params, "QueueUrl")
     name = parse_queue_url(url, caller.account)
-    names = qa.asked_names(string_list(params, "AttributeNames"))
+    names = qa.asked_names(string_list(params, "AttributeNames"), fifo=is_fifo(name))
     queue, row = book.open(name, url or "")
     with sqs_errors(url or ""):
         stats = queue.stats() if qa.needs_stats(names) else None
@@ -150,7 +156,7 @@ def set_queue_attributes(
     """SetQueueAttributes: change the settable attributes, all checked before any change."""
     url = text(params, "QueueUrl")
     name = parse_queue_url(url, caller.account)
-    wanted = qa.parse_wanted(required(params, "Attributes"))
+    wanted = qa.parse_wanted(required(params, "Attributes"), fifo=is_fifo(name), creating=False)
     queue, _ = book.open(name, url or "")
     with sqs_errors(url or ""):
         changes = wanted.settings()
@@ -165,6 +171,7 @@ def set_queue_attributes(
                 row.receive_wait_seconds if wanted.receive_wait is None else wanted.receive_wait,
                 row.created_at,
                 datetime.now(UTC),
+                row.content_dedup if wanted.content_dedup is None else wanted.content_dedup,
             ),
         )
     book.forget(name)

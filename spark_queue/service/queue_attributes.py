@@ -9,12 +9,15 @@
 | QueueArn | made from the region the client signs for, the account and the name |
 | ApproximateNumberOf* | ``Queue.stats()``: visible, in flight, delayed |
 | CreatedTimestamp, LastModifiedTimestamp | the ``sqs_queues`` row |
+| FifoQueue | the name (``.fifo``), fixed at creation |
+| ContentBasedDeduplication | the ``sqs_queues`` row (FIFO queues only) |
+| DeduplicationScope, FifoThroughputLimit | their one supported value (FIFO queues only) |
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spark_queue.config import QueueSettings
@@ -46,11 +49,11 @@ NOT_BUILT = (
     "KmsMasterKeyId",
     "KmsDataKeyReusePeriodSeconds",
     "SqsManagedSseEnabled",
-    "FifoQueue",
-    "ContentBasedDeduplication",
-    "DeduplicationScope",
-    "FifoThroughputLimit",
 )
+#: FIFO queues' attributes that take one value only: the value, and what it means here.
+FIFO_FIXED: Mapping[str, str] = {"DeduplicationScope": "queue", "FifoThroughputLimit": "perQueue"}
+#: Every attribute of a FIFO queue beyond a standard queue's.
+FIFO_ONLY = ("ContentBasedDeduplication", *FIFO_FIXED)
 _STATS = READ_ONLY[1:4]
 #: Smallest lease a queue takes: SQS's VisibilityTimeout 0 is kept as this.
 _SHORTEST_LEASE = 0.001
@@ -65,6 +68,7 @@ class Wanted:
     delay: int | None = None
     max_size: int | None = None
     receive_wait: int | None = None
+    content_dedup: bool | None = field(default=None, kw_only=True)
 
     def settings(self) -> dict[str, Any]:
         """The queue settings they change, as ``create_queue``/``update_queue`` keywords."""
@@ -83,7 +87,8 @@ class Wanted:
             *(
                 SETTABLE[name][2] if value is None else value
                 for name, value in zip(SETTABLE, self._values(), strict=True)
-            )
+            ),
+            content_dedup=bool(self.content_dedup),
         )
 
     def _values(self) -> tuple[int | None, ...]:
@@ -98,21 +103,47 @@ class Wanted:
     def differences(self, settings: QueueSettings, row: SqsQueueRow) -> list[str]:
         """Names of the attributes given here whose current value differs."""
         current = current_values(settings, row)
-        return [
+        differ = [
             name
             for name, value in zip(SETTABLE, self._values(), strict=True)
             if value is not None and current[name] != value
         ]
+        if self.content_dedup is not None and self.content_dedup != row.content_dedup:
+            differ.append("ContentBasedDeduplication")
+        return differ
 
 
-def parse_wanted(given: object) -> Wanted:
-    """``Attributes`` of CreateQueue or SetQueueAttributes, checked (string values, as SQS's)."""
+def parse_wanted(given: object, *, fifo: bool, creating: bool) -> Wanted:
+    """``Attributes`` of CreateQueue or SetQueueAttributes, checked (string values, as SQS's).
+
+    Args:
+        given: The request's ``Attributes``.
+        fifo: Whether the queue is (or, when creating, is named as) a FIFO queue.
+        creating: CreateQueue (FifoQueue may be given) rather than SetQueueAttributes.
+    """
     if given is None:
-        return Wanted()
+        given = {}
     if not isinstance(given, dict):
         raise SqsError("InvalidAttributeValue", "Attributes must map attribute names to strings.")
+    _check_fifo_flag(given.get("FifoQueue"), fifo=fifo, creating=creating)
     values: dict[str, int] = {}
+    content_dedup: bool | None = None
     for name, value in given.items():
+        if name == "FifoQueue":
+            continue  # checked above
+        if name in FIFO_ONLY and not fifo:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+        if name in FIFO_FIXED:
+            if value != FIFO_FIXED[name]:
+                raise SqsError(
+                    "InvalidAttributeValue",
+                    f"Invalid value for the parameter {name}: {value!r}; bdq serve supports"
+                    f" {FIFO_FIXED[name]!r} only (see docs/service.md).",
+                )
+            continue
+        if name == "ContentBasedDeduplication":
+            content_dedup = _boolean(name, value)
+            continue
         if name in NOT_BUILT:
             raise SqsError(
                 "InvalidAttributeName",
@@ -129,7 +160,39 @@ def parse_wanted(given: object) -> Wanted:
                 f" from {low} to {high}.",
             )
         values[name] = int(text)
-    return Wanted(*(values.get(name) for name in SETTABLE))
+    return Wanted(*(values.get(name) for name in SETTABLE), content_dedup=content_dedup)
+
+
+def _boolean(name: str, value: object) -> bool:
+    if value not in ("true", "false"):
+        raise SqsError(
+            "InvalidAttributeValue",
+            f"Invalid value for the parameter {name}: {value!r} must be true or false.",
+        )
+    return value == "true"
+
+
+def _check_fifo_flag(value: object, *, fifo: bool, creating: bool) -> None:
+    """FifoQueue: given at creation only, and true exactly when the name ends with .fifo."""
+    if value is None:
+        if creating and fifo:
+            raise SqsError(
+                "InvalidParameterValue",
+                "The name of a FIFO queue needs the attribute FifoQueue=true; a standard"
+                " queue's name can only include alphanumeric characters, hyphens, or"
+                " underscores.",
+            )
+        return
+    if not creating:
+        raise SqsError(
+            "InvalidAttributeName", "Attribute FifoQueue can only be set when the queue is created."
+        )
+    if _boolean("FifoQueue", value) != fifo:
+        raise SqsError(
+            "InvalidParameterValue",
+            "The name of a FIFO queue must end with the .fifo suffix, and only a FIFO queue's"
+            f" name may (FifoQueue={value}).",
+        )
 
 
 def current_values(settings: QueueSettings, row: SqsQueueRow) -> dict[str, int]:
@@ -143,10 +206,10 @@ def current_values(settings: QueueSettings, row: SqsQueueRow) -> dict[str, int]:
     }
 
 
-def asked_names(names: Iterable[str]) -> list[str]:
+def asked_names(names: Iterable[str], *, fifo: bool) -> list[str]:
     """GetQueueAttributes' ``AttributeNames`` expanded (``All``), checked."""
     asked = list(names)
-    everything = [*SETTABLE, *READ_ONLY]
+    everything = [*SETTABLE, *READ_ONLY, *(("FifoQueue", *FIFO_ONLY) if fifo else ())]
     if "All" in asked:
         return everything
     for name in asked:
@@ -181,6 +244,12 @@ def describe(
             answer[name] = str(int(row.created_at.timestamp()))
         elif name == "LastModifiedTimestamp" and row.modified_at is not None:
             answer[name] = str(int(row.modified_at.timestamp()))
+        elif name == "FifoQueue":
+            answer[name] = "true"
+        elif name == "ContentBasedDeduplication":
+            answer[name] = "true" if row.content_dedup else "false"
+        elif name in FIFO_FIXED:
+            answer[name] = FIFO_FIXED[name]
     return answer
 
 

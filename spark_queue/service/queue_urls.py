@@ -1,11 +1,11 @@
 """An account's queues: their SQS names, URLs and ARNs, the bdq queues they are, the caller.
 
-SQS queue ``orders`` of account ``acme`` is the bdq queue ``acme.orders``: SQS
-names and account names hold no ``.`` (FIFO's ``.fifo`` suffix aside, which this
-service does not take yet), so the first dot splits every bdq name in one way and
-two accounts' queues never share one. A queue made with ``bdq queue create
-acme.orders`` is therefore account ``acme``'s queue ``orders`` too, and a Spark
-job reads what SDKs send by naming it so. Its URL is
+SQS queue ``orders`` of account ``acme`` is the bdq queue ``acme.orders``: account
+names hold no ``.`` and SQS names none but FIFO's ``.fifo`` suffix, so the first
+dot splits every bdq name in one way and two accounts' queues never share one
+(``acme.orders.fifo`` is account ``acme``'s FIFO queue ``orders.fifo``). A queue
+made with ``bdq queue create acme.orders`` is therefore account ``acme``'s queue
+``orders`` too, and a Spark job reads what SDKs send by naming it so. Its URL is
 ``<scheme>://<host>/<account>/<queue>``, the host as the client reached it.
 """
 
@@ -17,19 +17,24 @@ from urllib.parse import urlsplit
 
 from spark_queue.service.protocol import SqsError, invalid
 
-_SQS_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+FIFO_SUFFIX = ".fifo"
+#: A standard queue's name, or a FIFO queue's: 1 to 80 characters with the suffix.
+_SQS_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo")
 
 
 def check_sqs_name(name: object) -> str:
-    """Return ``name`` if it is a valid (standard) SQS queue name."""
+    """Return ``name`` if it is a valid SQS queue name (standard, or FIFO with ``.fifo``)."""
     if not isinstance(name, str) or not _SQS_NAME.fullmatch(name):
-        if isinstance(name, str) and name.endswith(".fifo"):
-            raise invalid(f"Queue name {name!r}: FIFO queues are not supported by bdq serve yet.")
         raise invalid(
             f"Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in"
-            f" length (queue name {name!r})."
+            f" length, with the suffix .fifo for a FIFO queue (queue name {name!r})."
         )
     return name
+
+
+def is_fifo(name: str) -> bool:
+    """Whether the queue (an SQS or a bdq name) is a FIFO queue: its name says so."""
+    return name.endswith(FIFO_SUFFIX)
 
 
 def bdq_name(account: str, queue: str) -> str:
