@@ -45,12 +45,13 @@ from spark_queue.service.protocol import (
 from spark_queue.service.queue_actions import QUEUE_ACTIONS, Action
 from spark_queue.service.queue_urls import Caller
 from spark_queue.service.queues import QueueBook
+from spark_queue.service.tags import TAG_ACTIONS
 from spark_queue.store.session import Store
 
 log = logging.getLogger(__name__)
 
 #: The actions answered in the thread pool (ReceiveMessage waits on the event loop instead).
-ACTIONS: dict[str, Action] = {**QUEUE_ACTIONS, **MESSAGE_ACTIONS}
+ACTIONS: dict[str, Action] = {**QUEUE_ACTIONS, **MESSAGE_ACTIONS, **TAG_ACTIONS}
 #: Largest request body read (a batch of ten 1 MiB messages is refused by size later).
 MAX_BODY = 2 * 1024 * 1024 + 64 * 1024
 

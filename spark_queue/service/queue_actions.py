@@ -27,6 +27,7 @@ from spark_queue.service.queue_urls import (
     sqs_name,
 )
 from spark_queue.service.queues import QueueBook, sqs_errors
+from spark_queue.service.tags import check_tags, tag_new_queue
 from spark_queue.store.sqs_queues import SqsQueueRow, delete_row, read_row, write_row
 
 #: What every action is: the server's queues, the caller, the parameters -> the answer.
@@ -36,8 +37,7 @@ Action = Callable[[QueueBook, Caller, Mapping[str, Any]], dict[str, Any]]
 def create_queue(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> dict[str, Any]:
     """CreateQueue: make the queue, or return an existing one whose given attributes match."""
     name = check_sqs_name(text(params, "QueueName"))
-    if params.get("tags"):
-        raise invalid("Tags are not supported by bdq serve yet.")
+    tags = check_tags(params.get("tags") or {})
     fifo = is_fifo(name)
     wanted = qa.parse_wanted(params.get("Attributes"), fifo=fifo, creating=True)
     full = bdq_name(caller.account, name)
@@ -49,7 +49,7 @@ def create_queue(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> 
             if e.shape != "QueueDoesNotExist":
                 raise
         else:
-            _same_or_refuse(name, wanted, queue, row)
+            _same_or_refuse(name, wanted, queue, row)  # its tags stay as they are, as on SQS
             return {"QueueUrl": url}
         new = wanted.with_defaults()
         # A FIFO group is a key: its lane hands out the oldest message first (K = 1).
@@ -68,6 +68,7 @@ def create_queue(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> 
             queue.queue_id,
             SqsQueueRow(new.delay or 0, new.receive_wait or 0, now, now, bool(new.content_dedup)),
         )
+        tag_new_queue(book, queue.queue_id, tags)
         book.forget(full)
     return {"QueueUrl": url}
 
