@@ -35,6 +35,7 @@ from spark_queue.service import sigv4
 from spark_queue.service.accounts import AccessKeys
 from spark_queue.service.long_poll import receive_message
 from spark_queue.service.message_actions import MESSAGE_ACTIONS
+from spark_queue.service.move_tasks import DEAD_LETTER_ACTIONS
 from spark_queue.service.protocol import (
     CONTENT_TYPE,
     SqsError,
@@ -51,7 +52,12 @@ from spark_queue.store.session import Store
 log = logging.getLogger(__name__)
 
 #: The actions answered in the thread pool (ReceiveMessage waits on the event loop instead).
-ACTIONS: dict[str, Action] = {**QUEUE_ACTIONS, **MESSAGE_ACTIONS, **TAG_ACTIONS}
+ACTIONS: dict[str, Action] = {
+    **QUEUE_ACTIONS,
+    **MESSAGE_ACTIONS,
+    **TAG_ACTIONS,
+    **DEAD_LETTER_ACTIONS,
+}
 #: Largest request body read (a batch of ten 1 MiB messages is refused by size later).
 MAX_BODY = 2 * 1024 * 1024 + 64 * 1024
 

@@ -29,6 +29,7 @@ _ERRORS: Mapping[str, tuple[int, str]] = {
     "BatchRequestTooLong": (400, "AWS.SimpleQueueService.BatchRequestTooLong"),
     "MessageNotInflight": (400, "AWS.SimpleQueueService.MessageNotInflight"),
     "UnsupportedOperation": (400, "AWS.SimpleQueueService.UnsupportedOperation"),
+    "ResourceNotFoundException": (400, "ResourceNotFoundException"),
     "InvalidAttributeName": (400, "InvalidAttributeName"),
     "InvalidAttributeValue": (400, "InvalidAttributeValue"),
     "InvalidMessageContents": (400, "InvalidMessageContents"),

@@ -27,6 +27,7 @@ from spark_queue.service.queue_urls import (
     sqs_name,
 )
 from spark_queue.service.queues import QueueBook, sqs_errors
+from spark_queue.service.redrive_policy import describe_redrive, redrive_settings
 from spark_queue.service.tags import check_tags, tag_new_queue
 from spark_queue.store.sqs_queues import SqsQueueRow, delete_row, read_row, write_row
 
@@ -43,38 +44,59 @@ def create_queue(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> 
     full = bdq_name(caller.account, name)
     url = caller.url(name)
     with sqs_errors(url):
+        redrive = _redrive_changes(book, caller, name, wanted)
         try:
             queue, row = book.open(full, url)
         except SqsError as e:
             if e.shape != "QueueDoesNotExist":
                 raise
         else:
-            _same_or_refuse(name, wanted, queue, row)  # its tags stay as they are, as on SQS
+            _same_or_refuse(name, wanted, queue, row, redrive)  # its tags stay, as on SQS
             return {"QueueUrl": url}
         new = wanted.with_defaults()
         # A FIFO group is a key: its lane hands out the oldest message first (K = 1).
-        settings = new.settings()
+        settings = {**new.settings(), **redrive}
         if fifo:
             settings["order_hint"] = 1
         try:
             queue = book.client.create_queue(full, **settings)
         except QueueExists:  # made meanwhile by another request
             queue, row = book.open(full, url)
-            _same_or_refuse(name, wanted, queue, row)
+            _same_or_refuse(name, wanted, queue, row, redrive)
             return {"QueueUrl": url}
         now = datetime.now(UTC)
         write_row(
             book.store,
             queue.queue_id,
-            SqsQueueRow(new.delay or 0, new.receive_wait or 0, now, now, bool(new.content_dedup)),
+            SqsQueueRow(
+                new.delay or 0,
+                new.receive_wait or 0,
+                now,
+                now,
+                bool(new.content_dedup),
+                redrive_allow=new.redrive_allow or None,
+            ),
         )
         tag_new_queue(book, queue.queue_id, tags)
         book.forget(full)
     return {"QueueUrl": url}
 
 
-def _same_or_refuse(name: str, wanted: qa.Wanted, queue: Queue, row: SqsQueueRow) -> None:
+def _redrive_changes(
+    book: QueueBook, caller: Caller, name: str, wanted: qa.Wanted
+) -> dict[str, Any]:
+    """The settings a given RedrivePolicy sets, checked; none when it was not given."""
+    if not wanted.redrive_given:
+        return {}
+    return redrive_settings(book, caller, name, wanted.redrive)
+
+
+def _same_or_refuse(
+    name: str, wanted: qa.Wanted, queue: Queue, row: SqsQueueRow, redrive: Mapping[str, Any]
+) -> None:
     differ = wanted.differences(queue.settings, row)
+    if any(getattr(queue.settings, k) != v for k, v in redrive.items()):
+        differ.append("RedrivePolicy")
     if differ:
         raise SqsError(
             "QueueNameExists",
@@ -147,7 +169,9 @@ def get_queue_attributes(
     with sqs_errors(url or ""):
         stats = queue.stats() if qa.needs_stats(names) else None
         row = read_row(book.store, queue.queue_id) if names else row  # fresh timestamps
-        found = qa.describe(names, queue.settings, row, caller.arn(name.split(".", 1)[1]), stats)
+        arn = caller.arn(name.split(".", 1)[1])
+        redrive = describe_redrive(queue.settings, caller)
+        found = qa.describe(names, queue.settings, row, arn, stats, redrive)
     return {"Attributes": found} if found else {}
 
 
@@ -160,7 +184,10 @@ def set_queue_attributes(
     wanted = qa.parse_wanted(required(params, "Attributes"), fifo=is_fifo(name), creating=False)
     queue, _ = book.open(name, url or "")
     with sqs_errors(url or ""):
-        changes = wanted.settings()
+        changes = {
+            **wanted.settings(),
+            **_redrive_changes(book, caller, name.split(".", 1)[1], wanted),
+        }
         if changes:
             book.client.update_queue(name, **changes)
         row = read_row(book.store, queue.queue_id)
@@ -173,6 +200,10 @@ def set_queue_attributes(
                 row.created_at,
                 datetime.now(UTC),
                 row.content_dedup if wanted.content_dedup is None else wanted.content_dedup,
+                redrive_allow=(
+                    row.redrive_allow if wanted.redrive_allow is None else wanted.redrive_allow
+                )
+                or None,
             ),
         )
     book.forget(name)

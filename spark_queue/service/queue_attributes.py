@@ -12,6 +12,8 @@
 | FifoQueue | the name (``.fifo``), fixed at creation |
 | ContentBasedDeduplication | the ``sqs_queues`` row (FIFO queues only) |
 | DeduplicationScope, FifoThroughputLimit | their one supported value (FIFO queues only) |
+| RedrivePolicy | ``dead_letter_queue`` and ``max_deliveries`` (``redrive_policy.py``) |
+| RedriveAllowPolicy | the ``sqs_queues`` row |
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ from typing import Any
 from spark_queue.config import QueueSettings
 from spark_queue.message import QueueStats
 from spark_queue.service.protocol import SqsError
+from spark_queue.service.redrive_policy import (
+    RedrivePolicy,
+    parse_allow_policy,
+    parse_redrive_policy,
+)
 from spark_queue.store.sqs_queues import SqsQueueRow
 
 #: Attributes a client may set: (lowest, highest, SQS's default for a new queue).
@@ -33,6 +40,8 @@ SETTABLE: Mapping[str, tuple[int, int, int]] = {
     "MaximumMessageSize": (1_024, 1_048_576, 1_048_576),
     "ReceiveMessageWaitTimeSeconds": (0, 20, 0),
 }
+#: Dead-letter attributes: answered only when set.
+REDRIVE = ("RedrivePolicy", "RedriveAllowPolicy")
 READ_ONLY = (
     "QueueArn",
     "ApproximateNumberOfMessages",
@@ -44,8 +53,6 @@ READ_ONLY = (
 #: SQS attributes this service does not take yet (docs/service.md lists them).
 NOT_BUILT = (
     "Policy",
-    "RedrivePolicy",
-    "RedriveAllowPolicy",
     "KmsMasterKeyId",
     "KmsDataKeyReusePeriodSeconds",
     "SqsManagedSseEnabled",
@@ -69,6 +76,11 @@ class Wanted:
     max_size: int | None = None
     receive_wait: int | None = None
     content_dedup: bool | None = field(default=None, kw_only=True)
+    #: Whether RedrivePolicy was given; ``redrive`` None then removes the policy.
+    redrive_given: bool = field(default=False, kw_only=True)
+    redrive: RedrivePolicy | None = field(default=None, kw_only=True)
+    #: A checked RedriveAllowPolicy as canonical JSON ("" removes it); None: not given.
+    redrive_allow: str | None = field(default=None, kw_only=True)
 
     def settings(self) -> dict[str, Any]:
         """The queue settings they change, as ``create_queue``/``update_queue`` keywords."""
@@ -89,6 +101,9 @@ class Wanted:
                 for name, value in zip(SETTABLE, self._values(), strict=True)
             ),
             content_dedup=bool(self.content_dedup),
+            redrive_given=self.redrive_given,
+            redrive=self.redrive,
+            redrive_allow=self.redrive_allow,
         )
 
     def _values(self) -> tuple[int | None, ...]:
@@ -110,6 +125,8 @@ class Wanted:
         ]
         if self.content_dedup is not None and self.content_dedup != row.content_dedup:
             differ.append("ContentBasedDeduplication")
+        if self.redrive_allow is not None and self.redrive_allow != (row.redrive_allow or ""):
+            differ.append("RedriveAllowPolicy")
         return differ
 
 
@@ -128,9 +145,16 @@ def parse_wanted(given: object, *, fifo: bool, creating: bool) -> Wanted:
     _check_fifo_flag(given.get("FifoQueue"), fifo=fifo, creating=creating)
     values: dict[str, int] = {}
     content_dedup: bool | None = None
+    redrive: dict[str, Any] = {}
     for name, value in given.items():
         if name == "FifoQueue":
             continue  # checked above
+        if name == "RedrivePolicy":
+            redrive.update(redrive_given=True, redrive=parse_redrive_policy(value))
+            continue
+        if name == "RedriveAllowPolicy":
+            redrive["redrive_allow"] = parse_allow_policy(value)
+            continue
         if name in FIFO_ONLY and not fifo:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
         if name in FIFO_FIXED:
@@ -160,7 +184,7 @@ def parse_wanted(given: object, *, fifo: bool, creating: bool) -> Wanted:
                 f" from {low} to {high}.",
             )
         values[name] = int(text)
-    return Wanted(*(values.get(name) for name in SETTABLE), content_dedup=content_dedup)
+    return Wanted(*(values.get(name) for name in SETTABLE), content_dedup=content_dedup, **redrive)
 
 
 def _boolean(name: str, value: object) -> bool:
@@ -209,7 +233,7 @@ def current_values(settings: QueueSettings, row: SqsQueueRow) -> dict[str, int]:
 def asked_names(names: Iterable[str], *, fifo: bool) -> list[str]:
     """GetQueueAttributes' ``AttributeNames`` expanded (``All``), checked."""
     asked = list(names)
-    everything = [*SETTABLE, *READ_ONLY, *(("FifoQueue", *FIFO_ONLY) if fifo else ())]
+    everything = [*SETTABLE, *READ_ONLY, *REDRIVE, *(("FifoQueue", *FIFO_ONLY) if fifo else ())]
     if "All" in asked:
         return everything
     for name in asked:
@@ -224,8 +248,12 @@ def describe(
     row: SqsQueueRow,
     arn: str,
     stats: QueueStats | None,
+    redrive: str | None = None,
 ) -> dict[str, str]:
-    """The attributes ``names`` (already expanded), as SQS answers them: every value a string."""
+    """The attributes ``names`` (already expanded), as SQS answers them: every value a string.
+
+    ``redrive``: the queue's RedrivePolicy (``redrive_policy.describe_redrive``), if any.
+    """
     current = current_values(settings, row)
     answer: dict[str, str] = {}
     for name in names:
@@ -244,6 +272,10 @@ def describe(
             answer[name] = str(int(row.created_at.timestamp()))
         elif name == "LastModifiedTimestamp" and row.modified_at is not None:
             answer[name] = str(int(row.modified_at.timestamp()))
+        elif name == "RedrivePolicy" and redrive is not None:
+            answer[name] = redrive
+        elif name == "RedriveAllowPolicy" and row.redrive_allow:
+            answer[name] = row.redrive_allow
         elif name == "FifoQueue":
             answer[name] = "true"
         elif name == "ContentBasedDeduplication":

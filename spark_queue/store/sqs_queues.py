@@ -21,12 +21,12 @@ from spark_queue.store.session import Store
 
 WRITE = (
     "INSERT INTO {ks}.sqs_queues"
-    " (queue_id, delay_seconds, receive_wait_seconds, created_at, modified_at, content_dedup)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
+    " (queue_id, delay_seconds, receive_wait_seconds, created_at, modified_at, content_dedup,"
+    " redrive_allow) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 READ = (
-    "SELECT delay_seconds, receive_wait_seconds, created_at, modified_at, content_dedup, tags"
-    " FROM {ks}.sqs_queues WHERE queue_id = ?"
+    "SELECT delay_seconds, receive_wait_seconds, created_at, modified_at, content_dedup, tags,"
+    " redrive_allow FROM {ks}.sqs_queues WHERE queue_id = ?"
 )
 ADD_TAGS = "UPDATE {ks}.sqs_queues SET tags = tags + ? WHERE queue_id = ?"
 REMOVE_TAGS = "UPDATE {ks}.sqs_queues SET tags = tags - ? WHERE queue_id = ?"
@@ -43,6 +43,7 @@ class SqsQueueRow:
     modified_at: datetime | None = None
     content_dedup: bool = False
     tags: Mapping[str, str] = field(default_factory=dict)
+    redrive_allow: str | None = None
 
 
 def write_row(store: Store, queue_id: uuid.UUID, row: SqsQueueRow) -> None:
@@ -56,6 +57,7 @@ def write_row(store: Store, queue_id: uuid.UUID, row: SqsQueueRow) -> None:
             row.created_at,
             row.modified_at,
             row.content_dedup,
+            row.redrive_allow,
         ),
         what="writing a queue's SQS attributes",
     )
@@ -67,7 +69,13 @@ def read_row(store: Store, queue_id: uuid.UUID) -> SqsQueueRow:
     if found is None:
         return SqsQueueRow()
     return SqsQueueRow(
-        found[0] or 0, found[1] or 0, found[2], found[3], bool(found[4]), dict(found[5] or {})
+        found[0] or 0,
+        found[1] or 0,
+        found[2],
+        found[3],
+        bool(found[4]),
+        dict(found[5] or {}),
+        found[6],
     )
 
 
