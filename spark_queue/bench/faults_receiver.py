@@ -9,21 +9,32 @@ looks empty). Then, with probability ``P``, the process SIGKILLs itself before
 acking: the batch's messages come back after the visibility timeout and arrive
 again, as they would after a consumer crashed between processing and ack. The
 bench restarts a receiver that died. SIGTERM ends it cleanly.
+
+With ``--history FILE`` it also logs, for the history checker
+(:mod:`spark_queue.bench.history`), every non-empty receive (its start and end
+times, and each delivery's sender, sequence, id, receipt and ``visible_at``)
+and every ack (a record as it begins; one as it ends, with which receipts were
+acked or stale), one JSON object a line, flushed before the next step so that a
+SIGKILL loses at most the operation under way. ``--hold H`` works on each batch for up to ``H``
+seconds (drawn uniformly) before acking it, as a consumer doing real work would.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import signal
 import sys
 import time
+from typing import TextIO
 
 from spark_queue.bench.consistency import parse_payload
 from spark_queue.bench.faultproxy import ProxyTranslator, open_queue
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import BackendUnavailable
+from spark_queue.message import Delivery
 from spark_queue.store.session import use_address_translator
 
 #: Exit code of a receiver that lost its backend for good (the bench restarts it).
@@ -45,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         "--translate", default="", help="node=proxy,...: talk through the bench's proxies"
     )
     parser.add_argument("--protocol", type=int, default=None, help="pin a protocol version")
+    parser.add_argument("--history", default="", help="also log receives and acks here (JSON)")
+    parser.add_argument("--hold", type=float, default=0.0, help="most seconds of work per batch")
     args = parser.parse_args(argv)
 
     stopping = False
@@ -66,7 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         routes = dict(pair.split("=", 1) for pair in args.translate.split(","))
         use_address_translator(ProxyTranslator(routes))
     errors = 0
-    with open_queue(settings, args.queue) as client, open(args.out, "a") as out:
+    name = f"consumer-{os.getpid()}"
+    with (
+        open_queue(settings, args.queue) as client,
+        open(args.out, "a") as out,
+        open(args.history or os.devnull, "a") as history,
+    ):
         queue = client.queue(args.queue)
         while not stopping:
             began = time.time()
@@ -85,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.05)
                 continue
             now = time.time()
+            if args.history:
+                log_receive(history, name, began, now, deliveries)
             for i, d in enumerate(deliveries):
                 parsed = parse_payload(d.payload)
                 sender, seq = parsed if parsed else (-1, -1)
@@ -95,11 +115,73 @@ def main(argv: list[str] | None = None) -> int:
             os.fsync(out.fileno())  # what is recorded survives the kill below
             if rng.random() < args.crash:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if args.hold:
+                # a batch's work: a kill or a pause from outside lands between receive and ack
+                time.sleep(rng.uniform(0.0, args.hold))
+            acking = time.time()
+            if args.history:
+                log_ack_begin(history, name, acking, deliveries)
+            stale: list[str] | None = None
             try:
-                queue.ack_batch([d.receipt for d in deliveries], strict=False)
+                stale = queue.ack_batch([d.receipt for d in deliveries], strict=False)
             except BackendUnavailable:
                 errors += 1  # the messages come back after the timeout: duplicates, no loss
+            if args.history:
+                log_acks(history, name, acking, time.time(), deliveries, stale)
     return 0
+
+
+def log_receive(
+    history: TextIO, name: str, start: float, end: float, deliveries: list[Delivery]
+) -> None:
+    """One receive's record for the history checker."""
+    got = []
+    for d in deliveries:
+        sender, seq = parse_payload(d.payload) or (-1, -1)
+        visible_at = d.visible_at.timestamp() if d.visible_at else end
+        got.append(
+            {
+                "sender": sender,
+                "seq": seq,
+                "id": d.id,
+                "receipt": d.receipt,
+                "visible_at": visible_at,
+            }
+        )
+    record = {"op": "receive", "process": name, "start": start, "end": end, "deliveries": got}
+    history.write(json.dumps(record) + "\n")
+    history.flush()  # in the kernel's hands: a SIGKILL of this process keeps it
+
+
+def log_ack_begin(history: TextIO, name: str, start: float, deliveries: list[Delivery]) -> None:
+    """An ack call about to begin: if no record of its end follows, it may or may not have acked."""
+    acks = [{"id": d.id, "receipt": d.receipt} for d in deliveries]
+    record = {"op": "ack-begin", "process": name, "start": start, "acks": acks}
+    history.write(json.dumps(record) + "\n")
+    history.flush()
+
+
+def log_acks(
+    history: TextIO,
+    name: str,
+    start: float,
+    end: float,
+    deliveries: list[Delivery],
+    stale: list[str] | None,
+) -> None:
+    """One ack call's record: each receipt acked, stale, or unknown (``stale`` None: it raised)."""
+    refused = set(stale or ())
+    acks = [
+        {
+            "id": d.id,
+            "receipt": d.receipt,
+            "ok": None if stale is None else d.receipt not in refused,
+        }
+        for d in deliveries
+    ]
+    record = {"op": "ack", "process": name, "start": start, "end": end, "acks": acks}
+    history.write(json.dumps(record) + "\n")
+    history.flush()
 
 
 if __name__ == "__main__":
