@@ -152,6 +152,8 @@ def test_an_old_receipts_ack_begun_after_a_redelivery_must_not_succeed() -> None
         acks=[ack(0, 3.5, "a", ok=False), ack(0, 3.6, "b", process="consumer-1")],
     )
     assert rules(refused) == []
+    report = check_history(refused)
+    assert (report.late_acks_ok, report.late_acks_stale) == (0, 1)
 
 
 def test_the_margin_forgives_clock_granularity_and_nothing_more() -> None:

@@ -126,6 +126,10 @@ class HistoryReport:
     redeliveries: int
     send_duplicates: int
     violations: list[Violation]
+    #: acks begun after their lease ran out: accepted (nobody took the message
+    #: meanwhile) and refused as stale
+    late_acks_ok: int = 0
+    late_acks_stale: int = 0
 
     @property
     def lost(self) -> list[Violation]:
@@ -136,7 +140,9 @@ class HistoryReport:
         return (
             f"{self.sent} sends returned, {self.delivered} of them delivered in"
             f" {self.deliveries} deliveries ({self.redeliveries} redeliveries,"
-            f" {self.send_duplicates} sends written twice), {len(self.violations)} violations"
+            f" {self.send_duplicates} sends written twice), {self.late_acks_ok} acks after"
+            f" their lease accepted and {self.late_acks_stale} refused,"
+            f" {len(self.violations)} violations"
         )
 
     def describe(self, limit: int = 40) -> str:
@@ -188,6 +194,12 @@ def check_history(history: History, margin: float = MARGIN) -> HistoryReport:
     for d in history.deliveries:
         ids_of[(d.sender, d.seq)].add(d.id)
     send_duplicates = sum(len(ids) - 1 for ids in ids_of.values())
+    own = {d.receipt: d for d in history.deliveries}
+    late = [
+        a.ok
+        for a in history.acks
+        if a.receipt in own and a.start > own[a.receipt].visible_at + margin
+    ]
     return HistoryReport(
         sent=len(returned),
         delivered=len(returned & delivered),
@@ -195,6 +207,8 @@ def check_history(history: History, margin: float = MARGIN) -> HistoryReport:
         redeliveries=len(history.deliveries) - len(delivered) - send_duplicates,
         send_duplicates=send_duplicates,
         violations=violations,
+        late_acks_ok=late.count(True),
+        late_acks_stale=late.count(False),
     )
 
 
