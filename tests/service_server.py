@@ -42,16 +42,23 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(settings: ConnectionSettings) -> Iterator[Server]:
-    """Start ``bdq serve`` on a free loopback port over ``settings``' keyspace; stop it after."""
-    server_key = Fernet.generate_key().decode()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "BDQ_SERVE_KEY": server_key}
-    store = Store(settings)
-    try:
-        keys = AccessKeys(store, Fernet(server_key.encode()))
-        acme, globex = keys.create("acme"), keys.create("globex")
-    finally:
-        store.close()
+def running_server(settings: ConnectionSettings, peer: Server | None = None) -> Iterator[Server]:
+    """Start ``bdq serve`` on a free loopback port over ``settings``' keyspace; stop it after.
+
+    With ``peer``, the new server is another front end of the peer's keyspace: it
+    shares the peer's server key, so the peer's access keys sign for it too.
+    """
+    if peer is None:
+        server_key = Fernet.generate_key().decode()
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "BDQ_SERVE_KEY": server_key}
+        store = Store(settings)
+        try:
+            keys = AccessKeys(store, Fernet(server_key.encode()))
+            acme, globex = keys.create("acme"), keys.create("globex")
+        finally:
+            store.close()
+    else:
+        env, acme, globex = peer.env, peer.acme, peer.globex
     port = free_port()
     hosts = ",".join(str(h) for h in settings.hosts)
     # A file, not a pipe: a chatty server never blocks on a full pipe.
