@@ -33,7 +33,7 @@ EXTRAS: Mapping[str, tuple[str, ...]] = {
     "spark": ("pyspark", "pyarrow", "pandas"),
     "local": ("yaml", "psutil", "cryptography"),
     "metrics": ("prometheus_client",),
-    "serve": ("starlette", "uvicorn", "cryptography"),
+    "serve": ("starlette", "uvicorn", "cryptography", "prometheus_client"),
 }
 
 

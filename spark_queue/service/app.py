@@ -1,4 +1,4 @@
-"""The ASGI application of ``bdq serve``: one endpoint, ``POST /``, speaking AWS JSON 1.0.
+"""The ASGI application of ``bdq serve``: ``POST /``, speaking AWS JSON 1.0, and ``GET /metrics``.
 
 Each request is, in order: read (at most ``MAX_BODY`` bytes), authenticated
 (SigV4 against the key's stored secret, ``sigv4.py`` and ``accounts.py``), decoded
@@ -6,7 +6,9 @@ Each request is, in order: read (at most ``MAX_BODY`` bytes), authenticated
 ``message_actions.py``; ReceiveMessage by ``long_poll.py``). Anything that fails
 answers SQS's error and writes nothing.
 The older query protocol (form-encoded, XML answers) is refused with an XML error
-that says so.
+that says so. Every answer is counted by action and status, with its latency
+(``request_metrics.py``); ``GET /metrics`` answers those series and the rest of
+this process's Prometheus registry, unsigned, as Prometheus scrapes.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +25,7 @@ from types import FrameType
 from typing import Any
 from xml.sax.saxutils import escape
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -31,13 +35,15 @@ from starlette.routing import Route
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import SparkQueueError
-from spark_queue.service import sigv4
+from spark_queue.ops.prometheus import REGISTRY
+from spark_queue.service import request_metrics, sigv4
 from spark_queue.service.accounts import AccessKeys
 from spark_queue.service.long_poll import receive_message
 from spark_queue.service.message_actions import MESSAGE_ACTIONS
 from spark_queue.service.move_tasks import DEAD_LETTER_ACTIONS
 from spark_queue.service.protocol import (
     CONTENT_TYPE,
+    TARGET_PREFIX,
     SqsError,
     action_of,
     decode_body,
@@ -58,6 +64,8 @@ ACTIONS: dict[str, Action] = {
     **TAG_ACTIONS,
     **DEAD_LETTER_ACTIONS,
 }
+#: Every action answered: the values of the metrics' ``action`` label, with ``unknown``.
+ANSWERED = frozenset({*ACTIONS, "ReceiveMessage"})
 #: Largest request body read (a batch of ten 1 MiB messages is refused by size later).
 MAX_BODY = 2 * 1024 * 1024 + 64 * 1024
 
@@ -95,7 +103,10 @@ def create_app(settings: ConnectionSettings) -> Starlette:
             await run_in_threadpool(service.close)
 
     return Starlette(
-        routes=[Route("/{path:path}", endpoint, methods=["GET", "POST", "PUT", "DELETE"])],
+        routes=[
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/{path:path}", endpoint, methods=["GET", "POST", "PUT", "DELETE"]),
+        ],
         lifespan=lifespan,
     )
 
@@ -123,8 +134,24 @@ def _stop_waits_on_signals(stopping: threading.Event) -> None:
         signal.signal(sig, handler)
 
 
+async def metrics(request: Request) -> Response:
+    """Prometheus's text format of this process's registry (no signature: a scrape)."""
+    del request
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
 async def endpoint(request: Request) -> Response:
-    """Answer one request (see the module docstring)."""
+    """Answer one request (see the module docstring) and count it."""
+    started = time.perf_counter()
+    target = request.headers.get("x-amz-target", "")
+    named = target.removeprefix(TARGET_PREFIX)
+    action = named if named in ANSWERED else request_metrics.UNKNOWN_ACTION
+    response = await _answer(request)
+    request_metrics.observe(action, response.status_code, time.perf_counter() - started)
+    return response
+
+
+async def _answer(request: Request) -> Response:
     service: Service = request.app.state.service
     request_id = str(uuid.uuid4())
     if request.method != "POST" or "x-amz-target" not in request.headers:

@@ -32,6 +32,7 @@ def serve(settings: ConnectionSettings, host: str, port: int, workers: int = 1) 
         workers: Server processes (uvicorn's workers).
     """
     try:
+        import prometheus_client  # noqa: F401  (GET /metrics; checked here to fail in one line)
         import uvicorn
     except ImportError as e:
         raise MissingExtra("bdq serve", "serve", e.name) from e
