@@ -34,6 +34,7 @@ EXTRAS: Mapping[str, tuple[str, ...]] = {
     "local": ("yaml", "psutil", "cryptography"),
     "metrics": ("prometheus_client",),
     "serve": ("starlette", "uvicorn", "cryptography", "prometheus_client"),
+    "bench": ("aiohttp", "botocore"),
 }
 
 

@@ -49,6 +49,8 @@ OPTIONAL = (
     "prometheus_client",
     "starlette",
     "uvicorn",
+    "aiohttp",
+    "botocore",
 )
 #: Hides OPTIONAL from a Python process, as if they were not installed; then runs bdq.
 BDQ_WITHOUT_EXTRAS = (
