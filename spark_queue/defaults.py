@@ -96,3 +96,6 @@ DEFAULT_MAX_BYTES_IN_FLIGHT = 64 * 1024 * 1024
 DEFAULT_MAX_BLOCK = 60.0
 #: Seconds the producer's background thread idles before it exits (a send starts it again).
 IDLE_EXIT = 1.0
+
+#: ElasticMQ (``org.elasticmq:elasticmq-server_2.13``) that ``bdq bench sqs`` compares with.
+ELASTICMQ_VERSION = "1.6.14"

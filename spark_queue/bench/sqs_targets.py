@@ -22,6 +22,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
 
+from spark_queue import defaults
 from spark_queue.bench.spark_standalone import free_port
 from spark_queue.bench.sqs_load import Target
 from spark_queue.config import ConnectionSettings
@@ -29,7 +30,7 @@ from spark_queue.errors import SparkQueueError
 from spark_queue.service.accounts import KEY_ENV, AccessKeys
 from spark_queue.store.session import Store
 
-ELASTICMQ_VERSION = "1.6.14"
+ELASTICMQ_VERSION = defaults.ELASTICMQ_VERSION
 HOST = "127.0.0.1"
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 30.0

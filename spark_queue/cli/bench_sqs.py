@@ -7,12 +7,10 @@ from typing import Any
 import click
 from rich.table import Table
 
+from spark_queue import defaults
 from spark_queue.cli.bench_output import format_rate, format_ratio, progress_status, stdout_console
 from spark_queue.cli.flags import connection_options, echo_json, json_option
 from spark_queue.config import ConnectionSettings
-
-#: ElasticMQ's version resolved from Maven Central (kept beside the load's defaults).
-ELASTICMQ_VERSION = "1.6.14"
 
 
 def parse_servers(text: str) -> tuple[int, ...]:
@@ -67,7 +65,7 @@ def parse_servers(text: str) -> tuple[int, ...]:
 )
 @click.option(
     "--elasticmq-version",
-    default=ELASTICMQ_VERSION,
+    default=defaults.ELASTICMQ_VERSION,
     show_default=True,
     help="org.elasticmq:elasticmq-server_2.13 version.",
 )
