@@ -43,6 +43,7 @@ def test_rates_loss_and_duplicates() -> None:
     assert (t.lost, t.duplicates) == (2, 5)
     assert (t.wake_p50, t.wake_p99) == (20.0, 30.0)
     assert _target("empty", send_seconds=0.0).send_rate == 0.0
+    assert _target("cpu", generator_cpu=3.0).generator_cores == 0.5  # 3 s of CPU over 2 + 4 s
 
 
 def test_ratios_are_to_elasticmq_and_absent_without_it() -> None:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_queue.bench.cpu_meter import CpuMeter
 from spark_queue.bench.sqs_results import TargetResult
 from spark_queue.errors import SparkQueueError
 
@@ -127,8 +128,13 @@ async def run_target(target: Target, load: Load) -> TargetResult:
         name = f"bench-{uuid.uuid4().hex[:12]}"
         queue_url = (await caller.call("CreateQueue", {"QueueName": name}))["QueueUrl"]
         try:
+            # The generator's own CPU over the two timed phases: evidence that it was
+            # not the bottleneck (well under one core), or that it was.
+            meter = CpuMeter(cassandra_pid=None)
+            meter.start()
             send_seconds = await _send_phase(caller, queue_url, load)
             bodies, receive_seconds = await _receive_phase(caller, queue_url, load)
+            meter.stop()
             wake_ms = await _wake_phase(caller, queue_url, load)
         finally:
             await caller.call("DeleteQueue", {"QueueUrl": queue_url})
@@ -141,6 +147,7 @@ async def run_target(target: Target, load: Load) -> TargetResult:
         distinct=len(bodies),
         receive_seconds=receive_seconds,
         wake_ms=tuple(wake_ms),
+        generator_cpu=meter.use.client if meter.use else 0.0,
     )
 
 

@@ -37,6 +37,8 @@ class TargetResult:
         distinct: Distinct messages received.
         receive_seconds: Wall time of the receive+delete phase, to the last delete.
         wake_ms: Per round, from a send's start to the answer of the long poll it woke.
+        generator_cpu: CPU seconds the load generator spent over the send and
+            receive+delete phases.
     """
 
     name: str
@@ -47,6 +49,7 @@ class TargetResult:
     distinct: int
     receive_seconds: float
     wake_ms: tuple[float, ...] = field(default=())
+    generator_cpu: float = 0.0
 
     @property
     def send_rate(self) -> float:
@@ -56,6 +59,12 @@ class TargetResult:
     def receive_rate(self) -> float:
         """Distinct messages received and deleted per second."""
         return self.distinct / self.receive_seconds if self.receive_seconds > 0 else 0.0
+
+    @property
+    def generator_cores(self) -> float:
+        """Cores the load generator kept busy on average over the two timed phases."""
+        seconds = self.send_seconds + self.receive_seconds
+        return self.generator_cpu / seconds if seconds > 0 else 0.0
 
     @property
     def lost(self) -> int:
@@ -116,6 +125,7 @@ class SqsBenchResult:
                     "receive_rate": t.receive_rate,
                     "wake_p50_ms": t.wake_p50,
                     "wake_p99_ms": t.wake_p99,
+                    "generator_cores": t.generator_cores,
                     "send_ratio": self.send_ratio(t),
                     "receive_ratio": self.receive_ratio(t),
                     "wake_p50_over_ms": self.wake_p50_over(t),

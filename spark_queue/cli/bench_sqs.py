@@ -102,7 +102,7 @@ def sqs(settings: ConnectionSettings, as_json: bool, **options: Any) -> None:  #
         return
     table = Table(
         "target", "send", "vs ElasticMQ", "receive+delete", "vs ElasticMQ", "wake p50",
-        "wake p99", "lost", "duplicates",
+        "wake p99", "lost", "duplicates", "generator CPU",
         title=f"bdq bench sqs: {load.messages:,} messages, {load.connections} connections,"
         " batches of 10",
     )  # fmt: skip
@@ -111,6 +111,7 @@ def sqs(settings: ConnectionSettings, as_json: bool, **options: Any) -> None:  #
             t.name, format_rate(t.send_rate), format_ratio(r.send_ratio(t)),
             format_rate(t.receive_rate), format_ratio(r.receive_ratio(t)),
             _ms(t.wake_p50), _ms(t.wake_p99), str(t.lost), str(t.duplicates),
+            f"{t.generator_cores:.2f} cores",
         )  # fmt: skip
     stdout_console().print(table)
 
