@@ -42,11 +42,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(settings: ConnectionSettings, peer: Server | None = None) -> Iterator[Server]:
+def running_server(
+    settings: ConnectionSettings, peer: Server | None = None, workers: int = 1
+) -> Iterator[Server]:
     """Start ``bdq serve`` on a free loopback port over ``settings``' keyspace; stop it after.
 
     With ``peer``, the new server is another front end of the peer's keyspace: it
     shares the peer's server key, so the peer's access keys sign for it too.
+    ``workers`` is its ``--workers``.
     """
     if peer is None:
         server_key = Fernet.generate_key().decode()
@@ -67,6 +70,7 @@ def running_server(settings: ConnectionSettings, peer: Server | None = None) -> 
             [
                 *(sys.executable, "-m", "spark_queue.cli", "serve", "--port", str(port)),
                 *("--hosts", hosts, "--keyspace", settings.keyspace),
+                *("--workers", str(workers)),
             ],
             env=env,
             stdout=output,

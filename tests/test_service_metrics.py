@@ -92,3 +92,17 @@ def test_requests_move_the_counters_by_action_and_status(server: Server) -> None
         frozenset({("keyspace", server.settings.keyspace), ("queue", "acme.metered")}),
     )
     assert after[engine] - before.get(engine, 0.0) == 2
+
+
+def test_a_scrape_counts_every_worker(_module_keyspace: ConnectionSettings) -> None:
+    # Given a server of two worker processes, sharing one port
+    with running_server(_module_keyspace, workers=2) as server:
+        url = _sqs(server).create_queue(QueueName="workers")["QueueUrl"]
+
+        # When twelve sends arrive, each on a new connection (so both workers take some)
+        for n in range(12):
+            _sqs(server).send_message(QueueUrl=url, MessageBody=f"m{n}")
+
+        # Then every scrape, whichever worker answers it, counts all twelve
+        counts = {_requests(_samples(server), "SendMessage", "200") for _ in range(6)}
+    assert counts == {12.0}

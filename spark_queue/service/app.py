@@ -25,7 +25,7 @@ from types import FrameType
 from typing import Any
 from xml.sax.saxutils import escape
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -35,7 +35,6 @@ from starlette.routing import Route
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import SparkQueueError
-from spark_queue.ops.prometheus import REGISTRY
 from spark_queue.service import request_metrics, sigv4
 from spark_queue.service.accounts import AccessKeys
 from spark_queue.service.long_poll import receive_message
@@ -135,9 +134,9 @@ def _stop_waits_on_signals(stopping: threading.Event) -> None:
 
 
 async def metrics(request: Request) -> Response:
-    """Prometheus's text format of this process's registry (no signature: a scrape)."""
+    """Prometheus's text format of the service's series (no signature: a scrape)."""
     del request
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(request_metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 async def endpoint(request: Request) -> Response:

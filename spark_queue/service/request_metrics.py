@@ -11,14 +11,25 @@ port (``app.py``) answers that registry:
 
 ``action`` is one of the actions the server answers, or ``unknown`` for a request
 naming none (so a client cannot grow the series without bound).
+
+With ``--workers N`` the workers share one port, so a scrape reaches one of them
+at random: ``server.py`` then gives them a folder in ``PROMETHEUS_MULTIPROC_DIR``
+(prometheus-client's multiprocess mode, read when it is imported), where each
+worker's counts live in files, and ``exposition`` sums every worker's. The
+engine's counters (``ProcessCounters``) cannot be summed that way and are left
+out of such a scrape.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 
 from spark_queue.ops.prometheus import REGISTRY
 
+#: Set (to a folder) in every worker of ``bdq serve --workers N``, N > 1.
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: The ``action`` label of a request whose X-Amz-Target names no action answered here.
 UNKNOWN_ACTION = "unknown"
 #: Latency buckets (seconds): single-digit milliseconds up to a full 20 s long poll.
@@ -43,3 +54,12 @@ def observe(action: str, status: int, seconds: float) -> None:
     """Count one answered request and its latency."""
     REQUESTS.labels(action=action, status=str(status)).inc()
     DURATION.labels(action=action).observe(seconds)
+
+
+def exposition() -> bytes:
+    """What ``GET /metrics`` answers: this process's registry, or every worker's series."""
+    if not os.environ.get(MULTIPROCESS_ENV):
+        return bytes(generate_latest(REGISTRY))
+    workers = CollectorRegistry()
+    multiprocess.MultiProcessCollector(workers)  # type: ignore[no-untyped-call]
+    return bytes(generate_latest(workers))

@@ -4,9 +4,10 @@ Several workers share nothing but the keyspace, as several ``bdq serve``
 processes do: each is a stateless front end. Workers are started by uvicorn
 from an import string, so the connection settings reach them through the
 environment variable ``_BDQ_SERVE_SETTINGS`` (JSON), which this module sets for
-its own children only. Uvicorn's graceful shutdown (SIGINT, SIGTERM) lets
-requests in flight finish; waiting receives return empty within 200 ms
-(``app.py`` hooks the signals for them).
+its own children only, with ``PROMETHEUS_MULTIPROC_DIR`` so that a scrape of any
+worker sums every worker's request counts. Uvicorn's graceful shutdown (SIGINT,
+SIGTERM) lets requests in flight finish; waiting receives return empty within
+200 ms (``app.py`` hooks the signals for them).
 """
 
 from __future__ import annotations
@@ -14,10 +15,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 from typing import Any
 
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import MissingExtra
+
+#: prometheus-client's multiprocess folder (``request_metrics.MULTIPROCESS_ENV``; not
+#: imported from there: that module needs the extra this module checks for).
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _SETTINGS_ENV = "_BDQ_SERVE_SETTINGS"
 
@@ -49,7 +56,16 @@ def serve(settings: ConnectionSettings, host: str, port: int, workers: int = 1) 
         uvicorn.run(create_app(settings), **options)
         return
     os.environ[_SETTINGS_ENV] = json.dumps(_settings_json(settings))
-    uvicorn.run("spark_queue.service.server:app_from_env", factory=True, workers=workers, **options)
+    # The workers' metrics go to files that any worker's GET /metrics sums
+    # (request_metrics.py); a folder of this run's own, so no stale counts join in.
+    metrics_dir = tempfile.mkdtemp(prefix="bdq-serve-metrics-")
+    os.environ[MULTIPROCESS_ENV] = metrics_dir
+    try:
+        uvicorn.run(
+            "spark_queue.service.server:app_from_env", factory=True, workers=workers, **options
+        )
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def app_from_env() -> Any:
