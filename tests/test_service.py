@@ -11,7 +11,9 @@ import hashlib
 import json
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from typing import Any
 
@@ -436,15 +438,214 @@ def test_missing_parameters_are_named(server: Server) -> None:
     assert "QueueUrl" in body["message"]
 
 
-def test_the_query_protocol_is_refused_with_a_clear_error(server: Server) -> None:
-    form = urllib.request.Request(
-        server.url + "/", data=b"Action=ListQueues&Version=2012-11-05", method="POST"
+# -- the query protocol ----------------------------------------------------------------
+# No installed botocore model speaks it any more (SQS's lists only "json"), so these
+# requests are written by hand, signed by botocore's SigV4Auth, and their XML read here.
+
+
+def _query(
+    server: Server, form: dict[str, str], path: str = "/", key: NewKey | None = None
+) -> tuple[int, ET.Element]:
+    """POST a query-protocol form, signed with ``key`` (acme's by default); status and XML."""
+    key = key or server.acme
+    body = urllib.parse.urlencode({"Version": "2012-11-05", **form}).encode()
+    url = server.url + path
+    request = AWSRequest(
+        method="POST",
+        url=url,
+        data=body,
+        headers={"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"},
+    )
+    SigV4Auth(Credentials(key.access_key_id, key.secret_access_key), "sqs", "us-east-1").add_auth(
+        request
+    )
+    prepared = urllib.request.Request(
+        url, data=body, headers=dict(request.headers.items()), method="POST"
+    )
+    try:
+        with urllib.request.urlopen(prepared) as answer:
+            return answer.status, ET.fromstring(answer.read())
+    except urllib.error.HTTPError as e:
+        return e.code, ET.fromstring(e.read())
+
+
+def _find(element: ET.Element, path: str) -> str:
+    """The text at ``path``, namespaces ignored (``{*}``), "" when empty."""
+    found = element.find("/".join(f"{{*}}{part}" for part in path.split("/")))
+    assert found is not None, f"no {path} in {ET.tostring(element)!r}"
+    return found.text or ""
+
+
+def _all(element: ET.Element, path: str) -> list[ET.Element]:
+    return element.findall("/".join(p if p == "*" else f"{{*}}{p}" for p in path.split("/")))
+
+
+def test_the_query_protocol_sends_receives_and_deletes(server: Server, sqs: Any) -> None:
+    # Given a queue, and the MD5 of attributes that boto3 checked on a JSON send
+    url = sqs.create_queue(QueueName="query-a")["QueueUrl"]
+    path = url.removeprefix(server.url)
+    body = "line one\r\nline two & <three> ✓"
+    attributes = {
+        "colour": {"DataType": "String", "StringValue": "blue"},
+        "price": {"DataType": "Number", "StringValue": "12.50"},
+        "blob": {"DataType": "Binary", "BinaryValue": b"\x00\xff"},
+    }
+    checked = sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attributes)
+    [first] = sqs.receive_message(QueueUrl=url)["Messages"]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+    form = {
+        "MessageAttribute.1.Name": "colour",
+        "MessageAttribute.1.Value.DataType": "String",
+        "MessageAttribute.1.Value.StringValue": "blue",
+        "MessageAttribute.2.Name": "price",
+        "MessageAttribute.2.Value.DataType": "Number",
+        "MessageAttribute.2.Value.StringValue": "12.50",
+        "MessageAttribute.3.Name": "blob",
+        "MessageAttribute.3.Value.DataType": "Binary",
+        "MessageAttribute.3.Value.BinaryValue": base64.b64encode(b"\x00\xff").decode(),
+    }
+
+    # When it is sent through the query protocol to the queue's URL, received and deleted
+    status, sent = _query(server, {"Action": "SendMessage", "MessageBody": body, **form}, path)
+    status_received, received = _query(
+        server,
+        {
+            "Action": "ReceiveMessage",
+            "QueueUrl": url,
+            "MaxNumberOfMessages": "10",
+            "AttributeName.1": "All",
+            "MessageAttributeName.1": "All",
+        },
+    )
+    [message] = _all(received, "ReceiveMessageResult/Message")
+    handle = _find(message, "ReceiptHandle")
+    status_deleted, deleted = _query(
+        server, {"Action": "DeleteMessage", "QueueUrl": url, "ReceiptHandle": handle}
     )
 
-    with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(form)
+    # Then the answers have SQS's shapes and the MD5s an SDK checks
+    assert (status, status_received, status_deleted) == (200, 200, 200)
+    assert sent.tag.endswith("SendMessageResponse")
+    assert _find(sent, "SendMessageResult/MD5OfMessageBody") == checked["MD5OfMessageBody"]
+    assert (
+        _find(sent, "SendMessageResult/MD5OfMessageAttributes")
+        == (checked["MD5OfMessageAttributes"])
+    )
+    assert _find(sent, "ResponseMetadata/RequestId")
+    assert _find(message, "Body") == body  # the carriage return survives the XML
+    assert _find(message, "MessageId") == _find(sent, "SendMessageResult/MessageId")
+    assert _find(message, "MD5OfBody") == checked["MD5OfMessageBody"]
+    assert _find(message, "MD5OfMessageAttributes") == checked["MD5OfMessageAttributes"]
+    system = {_find(a, "Name"): _find(a, "Value") for a in _all(message, "Attribute")}
+    assert system["ApproximateReceiveCount"] == "1"
+    assert system["SenderId"] == "acme"
+    kept = {
+        _find(a, "Name"): {v.tag.split("}")[-1]: v.text for v in _all(a, "Value/*")}
+        for a in _all(message, "MessageAttribute")
+    }
+    assert kept == {
+        "colour": {"DataType": "String", "StringValue": "blue"},
+        "price": {"DataType": "Number", "StringValue": "12.50"},
+        "blob": {"DataType": "Binary", "BinaryValue": base64.b64encode(b"\x00\xff").decode()},
+    }
+    assert deleted.tag.endswith("DeleteMessageResponse")
+    assert not _all(deleted, "DeleteMessageResult")
+    assert _bdq_messages(server, "acme.query-a") == 0
 
-    text = caught.value.read().decode()
-    assert caught.value.code == 400
-    assert "<Code>InvalidAction</Code>" in text
-    assert "query protocol is not supported" in text
+
+def test_the_query_protocol_answers_batches_per_entry(server: Server, sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="query-batch")["QueueUrl"]
+
+    _, sent = _query(
+        server,
+        {
+            "Action": "SendMessageBatch",
+            "QueueUrl": url,
+            "SendMessageBatchRequestEntry.1.Id": "ok",
+            "SendMessageBatchRequestEntry.1.MessageBody": "one",
+            "SendMessageBatchRequestEntry.2.Id": "late",
+            "SendMessageBatchRequestEntry.2.MessageBody": "two",
+            "SendMessageBatchRequestEntry.2.DelaySeconds": "901",
+        },
+    )
+    handles = [m["ReceiptHandle"] for m in sqs.receive_message(QueueUrl=url)["Messages"]]
+    _, deleted = _query(
+        server,
+        {
+            "Action": "DeleteMessageBatch",
+            "QueueUrl": url,
+            "DeleteMessageBatchRequestEntry.1.Id": "a",
+            "DeleteMessageBatchRequestEntry.1.ReceiptHandle": handles[0],
+            "DeleteMessageBatchRequestEntry.2.Id": "b",
+            "DeleteMessageBatchRequestEntry.2.ReceiptHandle": "nope",
+        },
+    )
+
+    [ok] = _all(sent, "SendMessageBatchResult/SendMessageBatchResultEntry")
+    [late] = _all(sent, "SendMessageBatchResult/BatchResultErrorEntry")
+    assert _find(ok, "Id") == "ok"
+    assert _find(ok, "MD5OfMessageBody") == hashlib.md5(b"one").hexdigest()
+    assert (_find(late, "Id"), _find(late, "SenderFault")) == ("late", "true")
+    assert _find(late, "Code") == "InvalidParameterValue"
+    [done] = _all(deleted, "DeleteMessageBatchResult/DeleteMessageBatchResultEntry")
+    [failed] = _all(deleted, "DeleteMessageBatchResult/BatchResultErrorEntry")
+    assert _find(done, "Id") == "a"
+    assert (_find(failed, "Id"), _find(failed, "Code")) == ("b", "ReceiptHandleIsInvalid")
+    assert _bdq_messages(server, "acme.query-batch") == 0
+
+
+def test_the_query_protocol_answers_lists_and_maps(server: Server, sqs: Any) -> None:
+    _, created = _query(
+        server,
+        {
+            "Action": "CreateQueue",
+            "QueueName": "query-maps",
+            "Attribute.1.Name": "VisibilityTimeout",
+            "Attribute.1.Value": "45",
+            "Tag.1.Key": "team",
+            "Tag.1.Value": "orders",
+        },
+    )
+    url = _find(created, "CreateQueueResult/QueueUrl")
+
+    _, attributes = _query(
+        server, {"Action": "GetQueueAttributes", "QueueUrl": url, "AttributeName.1": "All"}
+    )
+    _, listed = _query(server, {"Action": "ListQueues", "QueueNamePrefix": "query-m"})
+
+    found = {
+        _find(a, "Name"): _find(a, "Value")
+        for a in _all(attributes, "GetQueueAttributesResult/Attribute")
+    }
+    assert found["VisibilityTimeout"] == "45"
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "orders"}
+    assert [q.text for q in _all(listed, "ListQueuesResult/QueueUrl")] == [url]
+
+
+def test_the_query_protocol_answers_xml_errors_and_writes_nothing(server: Server, sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="query-errors")["QueueUrl"]
+    eleven = {"Action": "SendMessageBatch", "QueueUrl": url}
+    for i in range(1, 12):
+        eleven[f"SendMessageBatchRequestEntry.{i}.Id"] = f"m{i}"
+        eleven[f"SendMessageBatchRequestEntry.{i}.MessageBody"] = "x"
+    wrong = NewKey(server.acme.access_key_id, "acme", "not-the-secret")
+
+    answers = [
+        _query(server, {"Action": "GetQueueUrl", "QueueName": "no-such-queue"}),
+        _query(server, eleven),
+        _query(server, {"Action": "SendMessage", "QueueUrl": url}),
+        _query(server, {"Action": "FlyToTheMoon"}),
+        _query(server, {"Action": "SendMessage", "QueueUrl": url, "MessageBody": "x"}, key=wrong),
+    ]
+
+    codes = [(status, _find(e, "Error/Type"), _find(e, "Error/Code")) for status, e in answers]
+    assert codes == [
+        (400, "Sender", "AWS.SimpleQueueService.NonExistentQueue"),
+        (400, "Sender", "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"),
+        (400, "Sender", "MissingParameter"),
+        (400, "Sender", "InvalidAction"),
+        (403, "Sender", "SignatureDoesNotMatch"),
+    ]
+    assert all(e.tag.endswith("ErrorResponse") and _find(e, "RequestId") for _, e in answers)
+    assert "MessageBody" in _find(answers[2][1], "Error/Message")
+    assert _bdq_messages(server, "acme.query-errors") == 0

@@ -47,7 +47,7 @@ def serve(settings: ConnectionSettings, host: str, port: int, workers: int) -> N
         store.close()
     shown = f"[{host}]" if ":" in host else host
     echo_progress(
-        f"serving SQS (AWS JSON 1.0) on http://{shown}:{port} for keyspace"
+        f"serving SQS (AWS JSON 1.0 and query) on http://{shown}:{port} for keyspace"
         f" {settings.keyspace!r}; Ctrl-C stops"
     )
     run(settings, host, port, workers)

@@ -1,14 +1,15 @@
-"""The ASGI application of ``bdq serve``: ``POST /``, speaking AWS JSON 1.0, and ``GET /metrics``.
+"""The ASGI application of ``bdq serve``: ``POST`` in SQS's two protocols, and ``GET /metrics``.
 
 Each request is, in order: read (at most ``MAX_BODY`` bytes), authenticated
 (SigV4 against the key's stored secret, ``sigv4.py`` and ``accounts.py``), decoded
-(``protocol.py``), and answered by its action (``queue_actions.py``,
-``message_actions.py``; ReceiveMessage by ``long_poll.py``). Anything that fails
-answers SQS's error and writes nothing.
-The older query protocol (form-encoded, XML answers) is refused with an XML error
-that says so. Every answer is counted by action and status, with its latency
-(``request_metrics.py``); ``GET /metrics`` answers those series and the rest of
-this process's Prometheus registry, unsigned, as Prometheus scrapes.
+(AWS JSON 1.0 by ``protocol.py`` when it carries ``X-Amz-Target``, else the older
+query protocol's form by ``query_protocol.py``, into the same parameters), and
+answered by its action (``queue_actions.py``, ``message_actions.py``; ReceiveMessage
+by ``long_poll.py``), once for both protocols; the answer or SQS's error is written
+in the request's protocol (JSON, or XML). Anything that fails writes nothing.
+Every answer is counted by action and status, with its latency (``request_metrics.py``);
+``GET /metrics`` answers those series and the rest of this process's Prometheus
+registry, unsigned, as Prometheus scrapes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
-from xml.sax.saxutils import escape
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -35,7 +35,7 @@ from starlette.routing import Route
 from spark_queue.client import QueueClient
 from spark_queue.config import ConnectionSettings
 from spark_queue.errors import SparkQueueError
-from spark_queue.service import request_metrics, sigv4
+from spark_queue.service import query_protocol, request_metrics, sigv4
 from spark_queue.service.accounts import AccessKeys
 from spark_queue.service.long_poll import receive_message
 from spark_queue.service.message_actions import MESSAGE_ACTIONS
@@ -142,48 +142,77 @@ async def metrics(request: Request) -> Response:
 async def endpoint(request: Request) -> Response:
     """Answer one request (see the module docstring) and count it."""
     started = time.perf_counter()
-    target = request.headers.get("x-amz-target", "")
-    named = target.removeprefix(TARGET_PREFIX)
-    action = named if named in ANSWERED else request_metrics.UNKNOWN_ACTION
-    response = await _answer(request)
+    answered = _Answered()
+    response = await _answer(request, answered)
+    action = answered.action if answered.action in ANSWERED else request_metrics.UNKNOWN_ACTION
     request_metrics.observe(action, response.status_code, time.perf_counter() - started)
     return response
 
 
-async def _answer(request: Request) -> Response:
+class _Answered:
+    """The action a request named, once known (the metrics' label)."""
+
+    action = ""
+
+
+async def _answer(request: Request, answered: _Answered) -> Response:
     service: Service = request.app.state.service
     request_id = str(uuid.uuid4())
-    if request.method != "POST" or "x-amz-target" not in request.headers:
-        return _query_protocol_refused(request_id)
+    # A request without X-Amz-Target speaks the query protocol, and hears XML back.
+    query = "x-amz-target" not in request.headers
+    answered.action = request.headers.get("x-amz-target", "").removeprefix(TARGET_PREFIX)
     try:
+        if request.method != "POST":
+            raise SqsError(
+                "InvalidAction",
+                f"{request.method} {request.url.path}: SQS's requests are POST, with an"
+                " X-Amz-Target header (AWS JSON 1.0) or an Action=... form (query protocol).",
+            )
         body = await _body(request)
         caller = await _authenticate(service, request, body)
-        action = action_of(request.headers.get("x-amz-target"))
-        params = decode_body(body)
-        if action == "ReceiveMessage":
-            answer = await receive_message(service.book, caller, params, service.stopping)
+        if query:
+            path = request.url.path
+            posted_to = None if path in ("", "/") else caller.base_url + path
+            action, params = query_protocol.decode_form(body, posted_to)
+            answered.action = action
         else:
-            run = ACTIONS.get(action)
-            if run is None:
-                raise SqsError(
-                    "UnknownOperationException",
-                    f"Action {action!r}: not an SQS action this server answers (docs/service.md"
-                    " lists them)",
-                )
-            answer = await run_in_threadpool(run, service.book, caller, params)
+            action = action_of(request.headers.get("x-amz-target"))
+            params = decode_body(body)
+        answer = await _run(service, caller, action, params)
     except Exception as caught:
         e = caught if isinstance(caught, SqsError) else _internal(request_id, caught)
         if e.status >= 500:
             log.warning("request %s: %s: %s", request_id, e.shape, e.message)
-        return Response(
-            e.body(),
-            status_code=e.status,
-            media_type=CONTENT_TYPE,
-            headers={**e.headers(), "x-amzn-RequestId": request_id},
+        headers = {**e.headers(), "x-amzn-RequestId": request_id}
+        if query:
+            return Response(
+                query_protocol.error_body(e, request_id),
+                status_code=e.status,
+                media_type=query_protocol.CONTENT_TYPE,
+                headers=headers,
+            )
+        return Response(e.body(), status_code=e.status, media_type=CONTENT_TYPE, headers=headers)
+    headers = {"x-amzn-RequestId": request_id}
+    if query:
+        xml = query_protocol.encode_answer(action, answer, request_id)
+        return Response(xml, media_type=query_protocol.CONTENT_TYPE, headers=headers)
+    return Response(encode_body(answer), media_type=CONTENT_TYPE, headers=headers)
+
+
+async def _run(
+    service: Service, caller: Caller, action: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    """The answer of ``action``, whichever protocol carried it."""
+    if action == "ReceiveMessage":
+        return await receive_message(service.book, caller, params, service.stopping)
+    run = ACTIONS.get(action)
+    if run is None:
+        raise SqsError(
+            "UnknownOperationException",
+            f"Action {action!r}: not an SQS action this server answers (docs/service.md"
+            " lists them)",
         )
-    return Response(
-        encode_body(answer), media_type=CONTENT_TYPE, headers={"x-amzn-RequestId": request_id}
-    )
+    return await run_in_threadpool(run, service.book, caller, params)
 
 
 def _internal(request_id: str, error: Exception) -> SqsError:
@@ -236,17 +265,3 @@ async def _authenticate(service: Service, request: Request, body: bytes) -> Call
     )
     host = request.headers.get("host", f"{request.url.hostname}:{request.url.port}")
     return Caller(account, auth.region, f"{request.url.scheme}://{host}")
-
-
-def _query_protocol_refused(request_id: str) -> Response:
-    message = (
-        "This server speaks SQS's AWS JSON 1.0 protocol only (POST / with X-Amz-Target:"
-        " AmazonSQS.<Action>); the query protocol is not supported yet. Use a current AWS SDK"
-        " or AWS CLI."
-    )
-    xml = (
-        "<ErrorResponse><Error><Type>Sender</Type><Code>InvalidAction</Code>"
-        f"<Message>{escape(message)}</Message></Error><RequestId>{request_id}</RequestId>"
-        "</ErrorResponse>"
-    )
-    return Response(xml, status_code=400, media_type="text/xml")

@@ -1,5 +1,8 @@
 """SQS's AWS JSON 1.0 protocol: what a request carries, how answers and errors are written.
 
+Its parameters are the actions' common currency: ``query_protocol.py`` decodes the
+older query protocol's forms into the same parameters, read by the helpers below.
+
 A request is ``POST /`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a JSON object
 body (``Content-Type: application/x-amz-json-1.0``). An answer is a JSON object; an
 error is ``{"__type": "com.amazonaws.sqs#<Shape>", "message": ...}`` with SQS's HTTP
@@ -75,6 +78,11 @@ class SqsError(Exception):
         """The error code of the query protocol, sent in ``x-amzn-query-error``."""
         return _ERRORS[self.shape][1]
 
+    @property
+    def fault(self) -> str:
+        """Whose fault SQS says it is: ``Sender`` (4xx) or ``Receiver`` (5xx)."""
+        return "Receiver" if self.status >= 500 else "Sender"
+
     def body(self) -> bytes:
         """The JSON body of the answer."""
         document = {"__type": f"com.amazonaws.sqs#{self.shape}", "message": self.message}
@@ -82,8 +90,7 @@ class SqsError(Exception):
 
     def headers(self) -> dict[str, str]:
         """The answer's headers, beside the content type."""
-        fault = "Receiver" if self.status >= 500 else "Sender"
-        return {"x-amzn-query-error": f"{self.query_code};{fault}"}
+        return {"x-amzn-query-error": f"{self.query_code};{self.fault}"}
 
 
 def invalid(message: str) -> SqsError:
