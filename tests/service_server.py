@@ -43,13 +43,16 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(
-    settings: ConnectionSettings, peer: Server | None = None, workers: int = 1
+    settings: ConnectionSettings,
+    peer: Server | None = None,
+    workers: int = 1,
+    tls: tuple[Path, Path] | None = None,
 ) -> Iterator[Server]:
     """Start ``bdq serve`` on a free loopback port over ``settings``' keyspace; stop it after.
 
     With ``peer``, the new server is another front end of the peer's keyspace: it
     shares the peer's server key, so the peer's access keys sign for it too.
-    ``workers`` is its ``--workers``.
+    ``workers`` is its ``--workers``; ``tls`` its ``--tls-cert`` and ``--tls-key``.
     """
     if peer is None:
         server_key = Fernet.generate_key().decode()
@@ -71,6 +74,7 @@ def running_server(
                 *(sys.executable, "-m", "spark_queue.cli", "serve", "--port", str(port)),
                 *("--hosts", hosts, "--keyspace", settings.keyspace),
                 *("--workers", str(workers)),
+                *(() if tls is None else ("--tls-cert", str(tls[0]), "--tls-key", str(tls[1]))),
             ],
             env=env,
             stdout=output,
@@ -78,7 +82,8 @@ def running_server(
         )
         try:
             _wait_until_listening(process, port, output)
-            yield Server(f"http://127.0.0.1:{port}", acme, globex, settings, env, process)
+            scheme = "http" if tls is None else "https"
+            yield Server(f"{scheme}://127.0.0.1:{port}", acme, globex, settings, env, process)
         finally:
             process.terminate()
             try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from spark_queue.cli.flags import (
@@ -27,18 +29,48 @@ from spark_queue.store.session import Store
     "--workers", type=click.IntRange(1, 64), default=1, show_default=True,
     help="Server processes sharing the port; each is a stateless front end.",
 )  # fmt: skip
+@click.option(
+    "--tls-cert", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Serve HTTPS with this PEM certificate (the chain after it); needs --tls-key."
+    " Not --tls-cert-file, the CQL side's client certificate.",
+)  # fmt: skip
+@click.option(
+    "--tls-key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="The PEM private key of --tls-cert (unencrypted). Not --tls-key-file (CQL).",
+)  # fmt: skip
 @connection_options
-def serve(settings: ConnectionSettings, host: str, port: int, workers: int) -> None:
+def serve(
+    settings: ConnectionSettings,
+    host: str,
+    port: int,
+    workers: int,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+) -> None:
     """Serve the keyspace's queues over SQS's HTTP protocol until Ctrl-C.
 
     Any AWS SDK or the AWS CLI is a client: point its endpoint URL at the printed
     address and sign with a key of `bdq access-key create`. Each key sees only its
-    account's queues. Needs the 'serve' extra: pip install 'spark-queue[serve]'.
+    account's queues. With --tls-cert and --tls-key it serves HTTPS. Needs the
+    'serve' extra: pip install 'spark-queue[serve]'.
     """
+    from spark_queue.service.server import TlsFiles
     from spark_queue.service.server import serve as run
 
-    # Fail here in one line (a missing extra, a bad server key, a missing table, an
-    # unreachable cluster), not in a traceback of the server's startup.
+    # Fail here in one line (a missing extra, bad TLS files, a bad server key, a
+    # missing table, an unreachable cluster), not in a traceback of the server's startup.
+    tls = None
+    if (tls_cert is None) != (tls_key is None):
+        given, missing = (
+            ("--tls-cert", "--tls-key") if tls_key is None else ("--tls-key", "--tls-cert")
+        )
+        raise InvalidSetting(
+            f"{given} {str(tls_cert or tls_key)!r}: needs {missing} too (HTTPS takes the"
+            " certificate and its private key)"
+        )
+    if tls_cert is not None and tls_key is not None:
+        tls = TlsFiles(tls_cert, tls_key)
+        tls.check()
     cipher = server_cipher()
     store = Store(settings)
     try:
@@ -46,11 +78,12 @@ def serve(settings: ConnectionSettings, host: str, port: int, workers: int) -> N
     finally:
         store.close()
     shown = f"[{host}]" if ":" in host else host
+    scheme = "http" if tls is None else "https"
     echo_progress(
-        f"serving SQS (AWS JSON 1.0 and query) on http://{shown}:{port} for keyspace"
+        f"serving SQS (AWS JSON 1.0 and query) on {scheme}://{shown}:{port} for keyspace"
         f" {settings.keyspace!r}; Ctrl-C stops"
     )
-    run(settings, host, port, workers)
+    run(settings, host, port, workers, tls)
 
 
 @click.group(name="access-key", cls=CommandGroup)

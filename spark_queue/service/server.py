@@ -7,7 +7,9 @@ environment variable ``_BDQ_SERVE_SETTINGS`` (JSON), which this module sets for
 its own children only, with ``PROMETHEUS_MULTIPROC_DIR`` so that a scrape of any
 worker sums every worker's request counts. Uvicorn's graceful shutdown (SIGINT,
 SIGTERM) lets requests in flight finish; waiting receives return empty within
-200 ms (``app.py`` hooks the signals for them).
+200 ms (``app.py`` hooks the signals for them). With ``TlsFiles`` uvicorn serves
+HTTPS, and the queue URLs answered start with ``https``, since they follow the
+scheme a request came in by.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ import dataclasses
 import json
 import os
 import shutil
+import ssl
 import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from spark_queue.config import ConnectionSettings
-from spark_queue.errors import MissingExtra
+from spark_queue.errors import InvalidSetting, MissingExtra
 
 #: prometheus-client's multiprocess folder (``request_metrics.MULTIPROCESS_ENV``; not
 #: imported from there: that module needs the extra this module checks for).
@@ -29,7 +34,31 @@ MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _SETTINGS_ENV = "_BDQ_SERVE_SETTINGS"
 
 
-def serve(settings: ConnectionSettings, host: str, port: int, workers: int = 1) -> None:
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """The server's certificate (PEM, the chain after it) and its private key (PEM)."""
+
+    cert: Path
+    key: Path
+
+    def check(self) -> None:
+        """Load the pair as the server will; InvalidSetting naming both files otherwise."""
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(self.cert, self.key)
+        except (OSError, ssl.SSLError) as e:
+            raise InvalidSetting(
+                f"--tls-cert {str(self.cert)!r} and --tls-key {str(self.key)!r}: must be a PEM"
+                f" certificate and its private key, readable and unencrypted ({e})"
+            ) from e
+
+
+def serve(
+    settings: ConnectionSettings,
+    host: str,
+    port: int,
+    workers: int = 1,
+    tls: TlsFiles | None = None,
+) -> None:
     """Serve SQS's protocol on ``host:port`` until interrupted.
 
     Args:
@@ -37,6 +66,7 @@ def serve(settings: ConnectionSettings, host: str, port: int, workers: int = 1) 
         host: The address to listen on.
         port: The port to listen on.
         workers: Server processes (uvicorn's workers).
+        tls: Serve HTTPS with these files; plain HTTP without.
     """
     try:
         import prometheus_client  # noqa: F401  (GET /metrics; checked here to fail in one line)
@@ -50,6 +80,9 @@ def serve(settings: ConnectionSettings, host: str, port: int, workers: int = 1) 
         "access_log": False,  # one line per request is the metrics' job
         "lifespan": "on",
     }
+    if tls is not None:
+        options["ssl_certfile"] = str(tls.cert)
+        options["ssl_keyfile"] = str(tls.key)
     if workers == 1:
         from spark_queue.service.app import create_app
 
