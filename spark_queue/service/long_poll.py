@@ -38,7 +38,8 @@ from spark_queue.service.queues import QueueBook, sqs_errors
 
 FIRST_PAUSE = 0.02
 LONGEST_PAUSE = 0.2
-#: System attributes a message answers (others asked for are left out, as unset).
+#: System attributes a message answers (others asked for are left out, as unset;
+#: ApproximateFirstReceiveTimestamp among them: no message row keeps that time).
 SYSTEM_ATTRIBUTES = ("SenderId", "SentTimestamp", "ApproximateReceiveCount")
 #: And a FIFO queue's messages.
 FIFO_ATTRIBUTES = ("MessageGroupId", "MessageDeduplicationId", "SequenceNumber")
