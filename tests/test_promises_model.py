@@ -94,6 +94,7 @@ from spark_queue.store.message_values import NewMessage
 from spark_queue.store.message_writes import MessageWrites
 from spark_queue.store.send_log import SendLog
 from spark_queue.store.session import Store
+from tests.helpers import shift_write_clock
 from tests.promise_model import REJECT_REASON, Issued, PromiseModel, Violation
 
 if TYPE_CHECKING:
@@ -806,9 +807,7 @@ def client_factory(backend: Backend) -> Iterator[Callable[..., QueueClient]]:
         if offset not in stores:
             store = Store(backend.settings)
             if offset:  # the driver stamps every write of this session ``offset`` off
-                generator = store.cluster.timestamp_generator
-                shift = int(offset * 1_000_000)
-                store.cluster.timestamp_generator = lambda: generator() + shift
+                shift_write_clock(store, offset)
             stores[offset] = store
         return QueueClient(store=stores[offset])
 
