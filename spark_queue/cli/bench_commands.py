@@ -10,9 +10,11 @@ beside the same raw baseline and against the connector's targets.
 
 ``bdq bench head`` measures what a receive at the head of a queue costs before
 and after traffic. ``bdq bench sqs`` drives ``bdq serve`` (one and two processes)
-and ElasticMQ with the same SigV4-signed load and reports ratios. Each command
-lives in a module of its own (``bench_queue``, ``bench_spark``, ``bench_head``,
-``bench_sqs``; ``bench_stats`` and ``bench_faults`` are added to the group by
+and ElasticMQ with the same SigV4-signed load and reports ratios. ``bdq bench
+spread`` counts each node's share of one queue's writes, window by window, on
+three local nodes it starts itself. Each command lives in a module of its own
+(``bench_queue``, ``bench_spark``, ``bench_head``, ``bench_sqs``,
+``bench_spread``; ``bench_stats`` and ``bench_faults`` are added to the group by
 ``spark_queue.cli``); this module makes the group.
 """
 
@@ -23,6 +25,7 @@ import click
 from spark_queue.cli.bench_head import head
 from spark_queue.cli.bench_queue import queue
 from spark_queue.cli.bench_spark import spark
+from spark_queue.cli.bench_spread import spread
 from spark_queue.cli.bench_sqs import sqs
 from spark_queue.cli.flags import CommandGroup
 
@@ -32,5 +35,5 @@ def bench() -> None:
     """Benchmarks against a live cluster (use a keyspace you can spare, e.g. --keyspace bench)."""
 
 
-for command in (queue, spark, head, sqs):
+for command in (queue, spark, head, sqs, spread):
     bench.add_command(command)
