@@ -6,10 +6,13 @@ No test here starts a cluster or sends a message: the run itself is a benchmark
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from click.testing import CliRunner
 
-from spark_queue.bench.spread_bench import SpreadParams
+from spark_queue.bench.spread_bench import WINDOW, Senders, SpreadParams, read_windows
 from spark_queue.bench.spread_figures import Window, effective_nodes, spread_figures, windows
 from spark_queue.cli import main
 from spark_queue.config import HostPort
@@ -104,3 +107,31 @@ def test_the_command_refuses_bad_flags_in_its_own_words_before_starting_anything
     result = runner.invoke(main, ["bench", "spread", "--rate", "-5"])
     assert result.exit_code == 1
     assert "--rate -5: must be a whole number from 0 to" in result.output
+
+
+class SlowSends:
+    """A stand-in for the queue's send (no queue is under test): each send takes 0.3 s."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self._lock = threading.Lock()
+
+    def send(self, payload: bytes) -> None:
+        time.sleep(0.3)
+        with self._lock:
+            self.sent += 1
+
+
+def test_readings_stop_with_the_send_schedule_not_with_a_send_still_in_flight() -> None:
+    # Given two sender threads at full speed for one second, whose sends take 0.3 s
+    # (so the last one of each returns after the second is up)
+    sends = SlowSends()
+    params = SpreadParams(rate=0, seconds=1.0, threads=2)
+    senders = Senders(sends, params)  # type: ignore[arg-type]
+    # When the windows are read while they send
+    readings = read_windows(senders, lambda: (sends.sent, 0, 0), params.seconds)
+    # Then there is one reading before the sends, one per window of the second, and
+    # one after the last send returned (no trailing windows while a send is in flight)
+    assert len(readings) == round(params.seconds / WINDOW) + 1
+    # And the last reading counts every send
+    assert readings[-1][1][0] == sends.sent == senders.sent

@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +35,7 @@ from spark_queue.errors import InvalidSetting, SparkQueueError
 from spark_queue.local import cql
 from spark_queue.local.node import LocalCluster
 from spark_queue.local.node_conf import default_home
+from spark_queue.queue import Queue
 
 if TYPE_CHECKING:
     from cassandra.cluster import Session
@@ -228,22 +229,9 @@ def _measure(
             # One node at a time, each asked alone: the virtual table is node-local.
             return tuple(_write_count(s, settings.keyspace) for s in sessions)
 
-        senders = _Senders(client, queue_name, params)
-        readings = [(0.0, counts())]
-        began = time.monotonic()
-        senders.start(began)
-        try:
-            while senders.running():
-                due = began + len(readings) * WINDOW
-                time.sleep(max(0.0, due - time.monotonic()))
-                readings.append((time.monotonic() - began, counts()))
-                if len(readings) % 20 == 0:
-                    progress(f"{senders.sent:,} messages sent in {time.monotonic() - began:.0f} s")
-        finally:
-            senders.stop()
+        senders = Senders(client.queue(queue_name), params)
+        readings = read_windows(senders, counts, params.seconds, progress)
         senders.raise_failure()
-        # The writes of the last sends land before their sends return: one more reading.
-        readings.append((time.monotonic() - began, counts()))
         all_windows = windows(readings)
         return SpreadResult(
             params=params,
@@ -255,6 +243,39 @@ def _measure(
         )
 
 
+def read_windows(
+    senders: Senders,
+    counts: Callable[[], tuple[int, ...]],
+    seconds: float,
+    progress: Progress = lambda _: None,
+) -> list[tuple[float, tuple[int, ...]]]:
+    """Start ``senders`` and read ``counts()`` every window until their time is up.
+
+    Returns ``(seconds since the start, counts)`` readings: one before the first
+    send, one every ``WINDOW`` while the sends are scheduled, and one after every
+    sender returned from its last send (whose writes landed before it returned),
+    closing a last window that may be shorter.
+    """
+    readings = [(0.0, counts())]
+    began = time.monotonic()
+    senders.start(began)
+    try:
+        # Readings follow the sends' schedule, not the threads: a thread still in
+        # its last send would add windows without writes at the end.
+        while senders.running() and len(readings) * WINDOW < seconds:
+            due = began + len(readings) * WINDOW
+            time.sleep(max(0.0, due - time.monotonic()))
+            readings.append((time.monotonic() - began, counts()))
+            if len(readings) % 20 == 0:
+                progress(f"{senders.sent:,} messages sent in {time.monotonic() - began:.0f} s")
+    except BaseException:  # Ctrl-C included: the senders stop before the nodes do
+        senders.stop()
+        raise
+    senders.join()
+    readings.append((time.monotonic() - began, counts()))
+    return readings
+
+
 def _write_count(session: Session, keyspace: str) -> int:
     """The node's local writes to ``keyspace``'s messages table since it started."""
     row = session.execute(_COUNT, (keyspace,)).one()
@@ -262,12 +283,12 @@ def _write_count(session: Session, keyspace: str) -> int:
     return int(row.count) if row is not None else 0
 
 
-class _Senders:
+class Senders:
     """``params.threads`` threads sending to one queue, paced to ``params.rate`` together."""
 
-    def __init__(self, client: QueueClient, queue_name: str, params: SpreadParams) -> None:
+    def __init__(self, queue: Queue, params: SpreadParams) -> None:
         self._params = params
-        self._queue = client.queue(queue_name)
+        self._queue = queue
         self._payload = b"s" * params.payload_bytes
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -297,11 +318,15 @@ class _Senders:
     def running(self) -> bool:
         return any(t.is_alive() for t in self._threads)
 
-    def stop(self) -> None:
-        self._stop.set()
+    def join(self) -> None:
+        """Wait for the threads, which stop on their own once their time is up."""
         for thread in self._threads:
             thread.join()
-        self._ended = max(self._ended, self._began)
+
+    def stop(self) -> None:
+        """Stop the threads early (each after the send it is in) and wait for them."""
+        self._stop.set()
+        self.join()
 
     def raise_failure(self) -> None:
         if self._failure is not None:
