@@ -268,7 +268,8 @@ class Staging:
                 for i, d in zip(ids, s.delays_ms, strict=True)
             )
             # a concurrent attempt's repair moved the ids before the release: ours go too
-            released.append((s, [*s.replaced, *(i for i in s.ids if i not in ids)]))
+            moved = set(s.ids).difference(ids) if list(s.ids) != ids else set()
+            released.append((s, [*s.replaced, *sorted(moved)]))
         self._buckets.release_shared(releases, now)
         for s, replaced in released:
             if replaced:  # only once the copies that replace them are visible

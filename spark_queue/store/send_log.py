@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections import defaultdict
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -201,41 +202,65 @@ class SendLog:
         earlier publish) returns its recorded ids: releasing them again changes
         nothing a consumer holds.
 
+        The sends of one writer's step share a partition: they move in one
+        conditional batch (concurrent transactions on one partition would
+        contend in Paxos). A batch refused as a whole (a repeat, a repair, a
+        discard) is settled one send at a time.
+
         Raises:
             SparkQueueError: A send has no record (older than the log's TTL).
         """
+        steps: dict[tuple[str, int], list[tuple[SendKey, list[int]]]] = defaultdict(list)
+        for key, ids in sends:
+            steps[(key[0], key[1])].append((key, list(ids)))
+        groups = list(steps.values())
+        rows = [[self._release_row(key, ids) for key, ids in group] for group in groups]
+        answers = self.store.execute_many(
+            [
+                (self.store.prepare(BEGIN_RELEASE), row[0])
+                if len(row) == 1
+                else (self.store.batch(BEGIN_RELEASE, row), ())
+                for row in rows
+            ],
+            what="recording the release of sends",
+        )
         held: dict[SendKey, list[int]] = {}
-        todo = [(key, list(ids)) for key, ids in sends]
+        for group, answer in zip(groups, answers, strict=True):
+            row = answer.one()
+            if row is not None and row[0]:
+                held.update(group)
+                continue
+            for key, ids in group:
+                ours = self._begin_one(key, ids)
+                if ours is not None:
+                    held[key] = ours
+        return held
+
+    def _release_row(self, key: SendKey, ids: Sequence[int]) -> tuple[Any, ...]:
+        return (SendState.RELEASING.value, self.queue_id, *key, _pack(ids))
+
+    def _begin_one(self, key: SendKey, ids: list[int]) -> list[int] | None:
+        """``begin_release`` of one send: the ids to release, or None (discarded)."""
         for _ in range(_RELEASE_TRIES):
-            answers = self.store.execute_many(
-                [
-                    (BEGIN_RELEASE, (SendState.RELEASING.value, self.queue_id, *key, _pack(ids)))
-                    for key, ids in todo
-                ],
-                what="recording the release of sends",
-            )
-            again: list[tuple[SendKey, list[int]]] = []
-            for (key, ids), answer in zip(todo, answers, strict=True):
-                row = answer.one()
-                if row is not None and row[0]:
-                    held[key] = ids
-                    continue
-                record = self.read(*key)
-                if record is None:
-                    raise SparkQueueError(
-                        f"send of writer {key[0]!r}, step {key[1]}, part {key[2]}, chunk {key[3]}:"
-                        " its record in the send log is gone (older than 14 days), so it cannot"
-                        " be released; its messages stay invisible until their TTL: send them"
-                        " again under a new step"
-                    )
-                if record.state in (SendState.RELEASING, SendState.DONE):
-                    held[key] = record.ids
-                elif record.state is not SendState.DISCARDED:  # moved meanwhile: theirs hold
-                    again.append((key, record.ids))
-            if not again:
-                return held
-            todo = again
-        raise AssertionError(f"send log: the ids of {[k for k, _ in todo]} keep moving")
+            row = self.store.execute(
+                BEGIN_RELEASE, self._release_row(key, ids), what="recording the release of a send"
+            ).one()
+            if row is not None and row[0]:
+                return ids
+            record = self.read(*key)
+            if record is None:
+                raise SparkQueueError(
+                    f"send of writer {key[0]!r}, step {key[1]}, part {key[2]}, chunk {key[3]}:"
+                    " its record in the send log is gone (older than 14 days), so it cannot"
+                    " be released; its messages stay invisible until their TTL: send them"
+                    " again under a new step"
+                )
+            if record.state in (SendState.RELEASING, SendState.DONE):
+                return record.ids
+            if record.state is SendState.DISCARDED:
+                return None
+            ids = record.ids  # moved meanwhile by a repair: its ids hold
+        raise AssertionError(f"send log: the ids of {key} keep moving")
 
     def discard(self, writer: str, step: int) -> list[SendRecord]:
         """Move every send of ``(writer, step)`` not yet released to DISCARDED; return those.
