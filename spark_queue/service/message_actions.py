@@ -39,7 +39,7 @@ from spark_queue.service.message_attributes import (
 )
 from spark_queue.service.protocol import SqsError, integer, invalid, required, text
 from spark_queue.service.queue_actions import Action
-from spark_queue.service.queue_urls import Caller, is_fifo, parse_queue_url
+from spark_queue.service.queue_urls import Caller, is_fifo
 from spark_queue.service.queues import QueueBook, sqs_errors
 from spark_queue.store.sqs_queues import SqsQueueRow
 from spark_queue.store.sqs_receipts import current_of, record_current
@@ -153,7 +153,7 @@ def _send_fifo(queue: Queue, caller: Caller, message: Outgoing) -> int:
 def send_message(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> dict[str, Any]:
     """SendMessage: one message, with its attributes and delay."""
     url = text(params, "QueueUrl")
-    queue, row = book.open(parse_queue_url(url, caller.account), url or "")
+    queue, row = book.open_url(caller, url)
     message = _outgoing(params, queue, row)
     with sqs_errors(url or ""):
         [sent] = _send(queue, caller, [message])
@@ -199,7 +199,7 @@ def send_message_batch(
 ) -> dict[str, Any]:
     """SendMessageBatch: up to 10 messages; each bad entry fails alone, the rest are sent."""
     url = text(params, "QueueUrl")
-    queue, row = book.open(parse_queue_url(url, caller.account), url or "")
+    queue, row = book.open_url(caller, url)
     entries = batch_entries(params, "Entries")
     good: list[tuple[str, Outgoing]] = []
     failed: list[dict[str, Any]] = []
@@ -258,7 +258,7 @@ def _stale_delete(receipt: str) -> SqsError:
 def delete_message(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> dict[str, Any]:
     """DeleteMessage: ack the receipt; a stale one is refused (see the module docstring)."""
     url = text(params, "QueueUrl")
-    queue, _ = book.open(parse_queue_url(url, caller.account), url or "")
+    queue, _ = book.open_url(caller, url)
     receipt = _receipt(params.get("ReceiptHandle"))
     with sqs_errors(url or ""):
         if _ack_handles(book, queue, [receipt]):
@@ -281,7 +281,7 @@ def delete_message_batch(
 ) -> dict[str, Any]:
     """DeleteMessageBatch: ack up to 10 receipts; each bad or stale one fails alone."""
     url = text(params, "QueueUrl")
-    queue, _ = book.open(parse_queue_url(url, caller.account), url or "")
+    queue, _ = book.open_url(caller, url)
     entries = batch_entries(params, "Entries")
     good: dict[str, str] = {}
     failed: list[dict[str, Any]] = []
@@ -341,7 +341,7 @@ def change_message_visibility(
 ) -> dict[str, Any]:
     """ChangeMessageVisibility: the message becomes visible again after VisibilityTimeout s."""
     url = text(params, "QueueUrl")
-    queue, _ = book.open(parse_queue_url(url, caller.account), url or "")
+    queue, _ = book.open_url(caller, url)
     receipt = _receipt(params.get("ReceiptHandle"))
     _change(book, queue, receipt, _visibility(params), url or "")
     return {}
@@ -352,7 +352,7 @@ def change_message_visibility_batch(
 ) -> dict[str, Any]:
     """ChangeMessageVisibilityBatch: up to 10 changes, each answered on its own."""
     url = text(params, "QueueUrl")
-    queue, _ = book.open(parse_queue_url(url, caller.account), url or "")
+    queue, _ = book.open_url(caller, url)
     entries = batch_entries(params, "Entries")
     checked: list[tuple[str, str | SqsError, int]] = []
     for entry in entries:

@@ -213,7 +213,7 @@ def set_queue_attributes(
 def purge_queue(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> dict[str, Any]:
     """PurgeQueue: remove every message now."""
     url = text(params, "QueueUrl")
-    queue, _ = book.open(parse_queue_url(url, caller.account), url or "")
+    queue, _ = book.open_url(caller, url)
     with sqs_errors(url or ""):
         queue.purge()
     return {}

@@ -24,6 +24,7 @@ from spark_queue.errors import (
 )
 from spark_queue.queue import Queue
 from spark_queue.service.protocol import SqsError
+from spark_queue.service.queue_urls import Caller, parse_queue_url
 from spark_queue.store.session import Store
 from spark_queue.store.sqs_queues import SqsQueueRow, read_row
 
@@ -44,6 +45,10 @@ class QueueBook:
         self.store = store
         self._handles: dict[str, tuple[float, Queue, SqsQueueRow]] = {}
         self._lock = threading.Lock()
+
+    def open_url(self, caller: Caller, url: str | None) -> tuple[Queue, SqsQueueRow]:
+        """The queue a request's ``QueueUrl`` names, if it is ``caller``'s (see ``open``)."""
+        return self.open(parse_queue_url(url, caller.account), url or "")
 
     def open(self, name: str, url: str) -> tuple[Queue, SqsQueueRow]:
         """The queue ``name`` and its row; QueueDoesNotExist (naming ``url``) when it is gone."""

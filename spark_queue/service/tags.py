@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from spark_queue.service.protocol import SqsError, invalid, required, string_list, text
-from spark_queue.service.queue_urls import Caller, parse_queue_url
+from spark_queue.service.queue_urls import Caller
 from spark_queue.service.queues import QueueBook, sqs_errors
 from spark_queue.store.sqs_queues import add_tags, read_row, remove_tags
 
@@ -57,7 +57,7 @@ def tag_new_queue(book: QueueBook, queue_id: uuid.UUID, tags: Mapping[str, str])
 def tag_queue(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> dict[str, Any]:
     """TagQueue: add or overwrite tags."""
     url = text(params, "QueueUrl") or ""
-    queue, _ = book.open(parse_queue_url(url, caller.account), url)
+    queue, _ = book.open_url(caller, url)
     given = required(params, "Tags")
     with sqs_errors(url):
         tags = check_tags(given, read_row(book.store, queue.queue_id).tags)
@@ -70,7 +70,7 @@ def tag_queue(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> dic
 def untag_queue(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> dict[str, Any]:
     """UntagQueue: remove tags by key (a key not set is no error, as on SQS)."""
     url = text(params, "QueueUrl") or ""
-    queue, _ = book.open(parse_queue_url(url, caller.account), url)
+    queue, _ = book.open_url(caller, url)
     required(params, "TagKeys")
     keys = string_list(params, "TagKeys")
     if not keys:
@@ -83,7 +83,7 @@ def untag_queue(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> d
 def list_queue_tags(book: QueueBook, caller: Caller, params: Mapping[str, Any]) -> dict[str, Any]:
     """ListQueueTags: every tag of the queue."""
     url = text(params, "QueueUrl") or ""
-    queue, _ = book.open(parse_queue_url(url, caller.account), url)
+    queue, _ = book.open_url(caller, url)
     with sqs_errors(url):
         tags = read_row(book.store, queue.queue_id).tags
     return {"Tags": dict(tags)} if tags else {}
