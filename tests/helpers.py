@@ -98,16 +98,10 @@ def client_with_clock_offset(backend: Backend, seconds: float) -> Iterator[Queue
             yield client
         return
     store = Store(backend.settings)
-    shift_write_clock(store, seconds)
+    generator = store.cluster.timestamp_generator
+    store.cluster.timestamp_generator = lambda: generator() + int(seconds * 1_000_000)
     try:
         with QueueClient(store=store) as client:
             yield client
     finally:
         store.close()
-
-
-def shift_write_clock(store: Store, seconds: float) -> None:
-    """Stamp every later write of ``store``'s driver session ``seconds`` off its host's clock."""
-    generator = store.cluster.timestamp_generator
-    shift = int(seconds * 1_000_000)
-    store.cluster.timestamp_generator = lambda: generator() + shift

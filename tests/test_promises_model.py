@@ -94,7 +94,6 @@ from spark_queue.store.message_values import NewMessage
 from spark_queue.store.message_writes import MessageWrites
 from spark_queue.store.send_log import SendLog
 from spark_queue.store.session import Store
-from tests.helpers import shift_write_clock
 from tests.promise_model import REJECT_REASON, Issued, PromiseModel, Violation
 
 if TYPE_CHECKING:
@@ -803,7 +802,9 @@ def client_factory(backend: Backend) -> Iterator[Callable[..., QueueClient]]:
         if offset not in stores:
             store = Store(backend.settings)
             if offset:  # the driver stamps every write of this session ``offset`` off
-                shift_write_clock(store, offset)
+                generator = store.cluster.timestamp_generator
+                shift = int(offset * 1_000_000)
+                store.cluster.timestamp_generator = lambda: generator() + shift
             stores[offset] = store
         return QueueClient(store=stores[offset])
 
