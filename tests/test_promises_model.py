@@ -38,7 +38,7 @@ next lease or delay ends (0.8 s at most).
 
 Profiles (``BDQ_MODEL_PROFILE``):
 
-* ``default``: bounded, for ``make check`` and ``make test``: 45 examples of up to
+* ``default``: bounded, for ``make check`` and ``make test``: 60 examples of up to
   30 steps on the MemoryStore, 20 of up to 25 on Cassandra.
 * ``soak``: many more, to run by hand or nightly::
 
@@ -107,7 +107,7 @@ PROFILE = os.environ.get("BDQ_MODEL_PROFILE", "default").strip() or "default"
 STRICT = os.environ.get("BDQ_MODEL_STRICT", "").strip() in ("1", "true", "yes")
 #: (profile, backend) -> examples and steps per example.
 PROFILES: dict[tuple[str, str], tuple[int, int]] = {
-    ("default", "memory"): (45, 30),
+    ("default", "memory"): (60, 30),
     ("default", "cassandra"): (20, 25),
     ("soak", "memory"): (2000, 60),
     ("soak", "cassandra"): (300, 50),
