@@ -38,19 +38,6 @@ to the state the result shows. What is checked, promise by promise
   received for up to 60 s (README, Guarantees; the xfail test in
   ``tests/test_promises_model.py``). Only that sequence is let through, and
   each time it is noted in ``tolerated``.
-* **Clock skew costs a delay or a duplicate, nothing else** (DESIGN.md section
-  3). Each client has a clock offset (``offsets``) for its write timestamps, and
-  each copy the latest timestamp (``stamp``) of a write that may have set its
-  lease. A receive whose lease may be stamped before that write may have lost
-  to it, as a one-write send documents (``engine/sending.py``): the copy may be
-  delivered again at once, its delivery may not count, and until a conditional
-  write settles it the receipts before and after (``maybe``) may each be current:
-  an ack or change through one may succeed or be refused. An ack through such a
-  receipt may lose as well (``MAYBE_ACKED``): the copy may come back, a duplicate,
-  and need not. Nothing else is let through: a change reported made must hold, a
-  copy must not be lost, a stale receipt whose lease surely lost must not act.
-* **A refused batch writes none of its messages**: payloads of a batch send
-  that raised (``refused``) must never be received or peeked.
 * **Dead letters move at most once**, only past ``max_deliveries``, and a copy
   is never delivered at or past the limit. Moves and redrives are seen by
   peeking the queue they go to right after the operation that may move.
@@ -96,9 +83,6 @@ READ_AHEAD_HOLD = PREFETCH_HOLD_MS / 1000 + 0.2
 REJECT_REASON = "model"
 
 PRESENT = "present"
-#: Acked through a receipt whose lease may have lost to an earlier write (skew): the ack,
-#: stamped by the same clock, may have lost too, so the copy may come back (a duplicate).
-MAYBE_ACKED = "acked, maybe (skew)"
 ACKED = "acked"
 PURGED = "purged"
 MOVED = "moved to the dead-letter queue"
@@ -126,12 +110,6 @@ class Copy:
     moved_to: int | None = None  # the dead-letter copy's id, once moved
     changed: tuple[int, float] | None = None  # (client, time) of the change_visibility holding it
     purged: tuple[int, float] | None = None  # (client, time) of the purge that removed it
-    # Clock skew: the latest write timestamp (seconds, writer's clock) that may have set its
-    # lease, the fewest deliveries it may have (a shadowed lease did not count one), and
-    # receipts that may still name its lease beside ``receipt`` (a lease that may have lost).
-    stamp: float = 0.0
-    fewest: int = 0
-    maybe: set[str | None] = field(default_factory=set)  # None: no lease at all
 
     def name(self) -> str:
         return f"{self.queue}#{self.id} ({self.payload.decode()!r})"
@@ -186,8 +164,6 @@ class PromiseModel:
     tolerate_read_ahead: bool = True  # READ_AHEAD_DEFECT allowed (test_promises_model.py)
     tolerated: list[str] = field(default_factory=list)  # what it let through
     last_receive: dict[tuple[int, str], float] = field(default_factory=dict)  # start times
-    offsets: dict[int, float] = field(default_factory=dict)  # client -> its writes' clock offset
-    refused: set[bytes] = field(default_factory=set)  # payloads of batch sends that raised
 
     def violation(self, message: str) -> Violation:
         """The violation to raise; from now on the model's state is not to be trusted."""
@@ -230,14 +206,7 @@ class PromiseModel:
             if (queue, id_) in self.copies:
                 raise self.violation(f"send to {queue}: id {id_} handed out twice")
             self.copies[(queue, id_)] = Copy(
-                queue,
-                id_,
-                payload,
-                dict(hdrs),
-                start + delay,
-                end + delay,
-                may_repeat=slow,
-                stamp=end,
+                queue, id_, payload, dict(hdrs), start + delay, end + delay, may_repeat=slow
             )
 
     def sending(self, queue: str, payload: bytes, headers: dict[str, str], start: float) -> None:
@@ -256,7 +225,7 @@ class PromiseModel:
             return
         if (copy.queue, id_) in self.copies:
             raise self.violation(f"send_async to {copy.queue}: id {id_} handed out twice")
-        copy.id, copy.visible_hi, copy.stamp = id_, min(copy.visible_hi, end), end
+        copy.id, copy.visible_hi = id_, min(copy.visible_hi, end)
         copy.may_repeat = end - copy.visible_lo >= self.seal_delay / 2
         self.copies[(copy.queue, id_)] = copy
 
@@ -300,7 +269,7 @@ class PromiseModel:
             seen.add(d.id)
             copy = self._copy_of(queue, d, end)
             known = self._read_ahead_defect(client, queue, copy)
-            if copy.state not in (PRESENT, MAYBE_ACKED) and not (known and copy.state == PURGED):
+            if copy.state != PRESENT and not (known and copy.state == PURGED):
                 raise self.violation(f"receive from {queue}: returned {copy.name()}, {copy.state}")
             if copy.visible_lo > end + MARGIN and not known:
                 what = "a live lease" if copy.deliveries else "its delay"
@@ -309,13 +278,12 @@ class PromiseModel:
                     f" {copy.name()} under {what}: visible from {copy.visible_lo:.3f} at the"
                     f" earliest ({copy.visible_lo - end:.3f} s later)"
                 )
-            if not copy.fewest + 1 <= d.delivery_count <= copy.deliveries + 1:
-                expected = _span(copy.fewest + 1, copy.deliveries + 1)
+            if d.delivery_count != copy.deliveries + 1:
                 raise self.violation(
                     f"receive from {queue}: {copy.name()} has delivery_count {d.delivery_count},"
-                    f" expected {expected}"
+                    f" expected {copy.deliveries + 1}"
                 )
-            if limits and copy.fewest >= max(limits):
+            if limits and copy.deliveries >= max(limits):
                 raise self.violation(
                     f"receive from {queue}: {copy.name()} delivered {d.delivery_count} times,"
                     f" past max_deliveries {sorted(limits)}: it should have moved"
@@ -332,23 +300,10 @@ class PromiseModel:
             r = Receipt.decode(d.receipt)
             if r.id != d.id or r.bucket != d.bucket:
                 raise self.violation(f"receive from {queue}: receipt {r} names another message")
-            offset = self.offsets.get(client, 0.0)
-            if start + offset <= copy.stamp + EPS:
-                # Skew: the lease was written at this client's clock, which may put it
-                # before a write already there: it may have lost (a duplicate may follow),
-                # and the receipt that named the lease before may still name it.
-                copy.visible_lo = min(copy.visible_lo, visible_at)
-                copy.visible_hi = max(copy.visible_hi, visible_at)
-                copy.maybe.add(copy.receipt)
-            else:
-                copy.visible_lo = copy.visible_hi = visible_at
-                copy.maybe = set()
-                copy.fewest = d.delivery_count
-            copy.deliveries = d.delivery_count
-            copy.stamp = max(copy.stamp, end + offset)
+            copy.deliveries += 1
             copy.receipt = d.receipt
+            copy.visible_lo = copy.visible_hi = visible_at
             copy.changed = None
-            copy.state = PRESENT if copy.state == MAYBE_ACKED else copy.state
             self.own.setdefault((client, queue), {})[d.id] = (r.lease, visible_at)
             issued.append(Issued(d.receipt, queue, d.id, r.lease, client))
         self.last_receive[(client, queue)] = start
@@ -356,7 +311,7 @@ class PromiseModel:
         if limits:
             movable = [
                 c
-                for c in self.present(queue, MAYBE_ACKED)
+                for c in self.present(queue)
                 if c.id not in seen and c.deliveries >= min(limits) and c.visible_lo <= end + EPS
             ]
         return issued, movable
@@ -376,16 +331,6 @@ class PromiseModel:
         self.tolerated.append(f"{copy.name()} {copy.state}, received by client {client}")
         return True
 
-    def _in_doubt(self, copy: Copy, r: Issued) -> bool:
-        """Whether skew leaves open if ``r`` names ``copy``'s lease (a lease that may have lost)."""
-        if copy.state not in (PRESENT, MAYBE_ACKED) or not copy.maybe:
-            return False
-        return r.receipt in copy.maybe or r.receipt == copy.receipt
-
-    def _latest(self, end: float) -> float:
-        """The latest write timestamp a write made by any client before ``end`` may carry."""
-        return end + max([0.0, *self.offsets.values()])
-
     def _copy_of(self, queue: str, m: Message, end: float) -> Copy:
         """The model's copy of a message a receive or peek returned (a send_async's, maybe)."""
         copy = self.copies.get((queue, m.id))
@@ -394,21 +339,16 @@ class PromiseModel:
         pending = self.pending.get(m.payload)
         if pending is not None and pending.queue == queue:
             del self.pending[m.payload]
-            pending.id, pending.visible_hi, pending.stamp = m.id, min(pending.visible_hi, end), end
+            pending.id, pending.visible_hi = m.id, min(pending.visible_hi, end)
             self.copies[(queue, m.id)] = pending
             return pending
         twins = [c for c in self.copies.values() if c.payload == m.payload and c.queue == queue]
         if twins and all(c.may_repeat for c in twins):
             # The delayed-write repair sent it again: at-least-once allows the duplicate.
             twin = twins[0]
-            copy = Copy(queue, m.id, m.payload, dict(twin.headers), twin.visible_lo, end, stamp=end)
+            copy = Copy(queue, m.id, m.payload, dict(twin.headers), twin.visible_lo, end)
             self.copies[(queue, m.id)] = copy
             return copy
-        if m.payload in self.refused:
-            raise self.violation(
-                f"{queue} returned message {m.id} ({m.payload!r}) of a batch send that raised:"
-                " a refused batch must write none of its messages"
-            )
         raise self.violation(
             f"{queue} returned message {m.id} ({m.payload!r}, headers {dict(m.headers)}),"
             " which no send, dead-letter move or redrive explains"
@@ -457,7 +397,7 @@ class PromiseModel:
             expected = {
                 **copy.headers,
                 HEADER_SOURCE: source,
-                HEADER_DELIVERIES: _counted(copy, m.headers.get(HEADER_DELIVERIES)),
+                HEADER_DELIVERIES: str(copy.deliveries),
                 HEADER_ORIGINAL_ID: original,
             }
             if m.payload != copy.payload or dict(m.headers) != expected:
@@ -467,9 +407,7 @@ class PromiseModel:
                 )
             copy.state, copy.moved_to = MOVED, m.id
             self.dead_letters[key] = m.id
-            self.copies[(dlq, m.id)] = Copy(
-                dlq, m.id, m.payload, expected, 0.0, end, stamp=self._latest(end)
-            )
+            self.copies[(dlq, m.id)] = Copy(dlq, m.id, m.payload, expected, 0.0, end)
             moved.append(copy)
         return moved
 
@@ -504,9 +442,7 @@ class PromiseModel:
                     f" expected {expected}"
                 )
             copy.state = REDRIVEN
-            self.copies[(target, m.id)] = Copy(
-                target, m.id, m.payload, expected, 0.0, end, stamp=self._latest(end)
-            )
+            self.copies[(target, m.id)] = Copy(target, m.id, m.payload, expected, 0.0, end)
             back += 1
         if back != result.moved:
             raise self.violation(
@@ -533,10 +469,6 @@ class PromiseModel:
         mine = self.own.get((client, r.queue), {})
         if r.id in mine and mine[r.id][0] == r.lease:
             del mine[r.id]  # taken by this ack, or past its margin for good
-        if self._in_doubt(copy, r):
-            if acked:  # a receipt that may name the lease (skew): either answer is allowed
-                copy.state = MAYBE_ACKED
-            return
         if current:
             if not acked:
                 raise self.violation(
@@ -570,10 +502,6 @@ class PromiseModel:
         # is not, and one that ends during the call may go either way.
         if current and new_receipt is None and copy.visible_hi <= end + MARGIN:
             return None
-        if self._in_doubt(copy, r):  # skew: r may or may not name the lease; either answer
-            if new_receipt is None:
-                return None
-            current, copy.state = True, PRESENT
         if current and new_receipt is not None and copy.visible_hi < start - MARGIN:
             raise self.violation(
                 f"change_visibility through client {client} of {r!r}: accepted, but its lease"
@@ -593,8 +521,7 @@ class PromiseModel:
                 f" {copy.name()}: refused as stale"
             )
         new = Receipt.decode(new_receipt)
-        copy.receipt, copy.maybe = new_receipt, set()  # a conditional write: r named the lease
-        copy.stamp = max(copy.stamp, end)
+        copy.receipt = new_receipt
         copy.changed = (client, start)
         copy.visible_lo, copy.visible_hi = start + seconds, end + seconds
         self.own.get((client, r.queue), {}).pop(r.id, None)
@@ -619,13 +546,6 @@ class PromiseModel:
         """
         copy = self.copies[(r.queue, r.id)]
         current = copy.state == PRESENT and copy.receipt == r.receipt
-        if self._in_doubt(copy, r):  # skew: r may or may not name the lease; either answer
-            if moved is None:
-                return
-            current, copy.state = True, PRESENT
-        found_deliveries = next(
-            (m.headers.get(HEADER_DELIVERIES) for m in peeked if m.id == moved), None
-        )
         if moved is None:
             if current and copy.visible_hi > end + MARGIN:
                 raise self.violation(f"reject of the current {r!r} for {copy.name()}: refused")
@@ -641,7 +561,7 @@ class PromiseModel:
         expected = {
             **copy.headers,
             HEADER_SOURCE: r.queue,
-            HEADER_DELIVERIES: _counted(copy, found_deliveries),
+            HEADER_DELIVERIES: str(copy.deliveries),
             HEADER_ORIGINAL_ID: str(r.id),
             HEADER_REJECT_REASON: REJECT_REASON,
         }
@@ -653,9 +573,7 @@ class PromiseModel:
             )
         copy.state, copy.moved_to = MOVED, moved
         self.dead_letters[key] = moved
-        self.copies[(dlq, moved)] = Copy(
-            dlq, moved, copy.payload, expected, 0.0, end, stamp=self._latest(end)
-        )
+        self.copies[(dlq, moved)] = Copy(dlq, moved, copy.payload, expected, 0.0, end)
         self.own.get((client, r.queue), {}).pop(r.id, None)  # as its visibility change does
 
     # -- purge, peek, stats --------------------------------------------------------------
@@ -663,11 +581,10 @@ class PromiseModel:
     def check_purge(self, client: int, queue: str, removed: int, start: float) -> None:
         """A purge of ``queue`` said it removed ``removed`` messages: every present copy goes."""
         present = self.present(queue)
-        maybe = self.present(queue, MAYBE_ACKED, only=True)
-        slack = sum(c.may_repeat for c in present) + len(maybe)
+        slack = sum(c.may_repeat for c in present)
         if not len(present) <= removed <= len(present) + slack:
             raise self.violation(f"purge of {queue}: removed {removed}, {len(present)} were there")
-        for c in present + maybe:
+        for c in present:
             c.state, c.purged = PURGED, (client, start)
         self.own.pop((client, queue), None)
 
@@ -677,7 +594,7 @@ class PromiseModel:
         for m in peeked:
             copy = self._copy_of(queue, m, end)
             shown.add(m.id)
-            if copy.state not in (PRESENT, MAYBE_ACKED) or copy.visible_lo > end + MARGIN:
+            if copy.state != PRESENT or copy.visible_lo > end + MARGIN:
                 raise self.violation(
                     f"peek of {queue}: shows {copy.name()}, {copy.state}, visible from"
                     f" {copy.visible_lo:.3f} (peek ended {end:.3f})"
@@ -710,7 +627,6 @@ class PromiseModel:
         present = self.present(queue)
         pending = [c for c in self.pending.values() if c.queue == queue]
         slack = len(pending) + sum(c.may_repeat for c in present)
-        slack += len(self.present(queue, MAYBE_ACKED, only=True))
         later = [c for c in present if c.visible_hi > start - EPS]  # maybe not visible yet
         surely_later = [c for c in present if c.visible_lo > end + EPS]
         bounds = {
@@ -735,19 +651,12 @@ class PromiseModel:
 
     # -- what is left ----------------------------------------------------------------------
 
-    def present(
-        self, queue: str | None = None, also: str = PRESENT, *, only: bool = False
-    ) -> list[Copy]:
-        """The copies still in ``queue`` (or in any), known ids only.
-
-        ``also``: a state to count as present too (``MAYBE_ACKED``); ``only``:
-        that state alone.
-        """
-        states = {also} if only else {PRESENT, also}
+    def present(self, queue: str | None = None) -> list[Copy]:
+        """The copies still in ``queue`` (or in any), known ids only."""
         return [
             c
             for c in self.copies.values()
-            if c.state in states and (queue is None or c.queue == queue)
+            if c.state == PRESENT and (queue is None or c.queue == queue)
         ]
 
     def next_visible(self, now: float) -> float | None:
@@ -758,21 +667,6 @@ class PromiseModel:
     def issued_current(self, queues: Iterable[str]) -> list[Copy]:
         """Present copies of ``queues`` with a receipt (their current lease is known)."""
         return [c for q in queues for c in self.present(q) if c.receipt is not None]
-
-
-def _span(low: int, high: int) -> str:
-    return str(low) if low == high else f"{low} to {high}"
-
-
-def _counted(copy: Copy, shown: str | None) -> str:
-    """The dead-letter count header expected of ``copy``: the one shown, if skew allows it.
-
-    A lease that lost to an earlier write (skew) did not count its delivery,
-    so the stored count lies between ``copy.fewest`` and ``copy.deliveries``.
-    """
-    if shown is not None and shown.isdigit() and copy.fewest <= int(shown) <= copy.deliveries:
-        return shown
-    return str(copy.deliveries)
 
 
 _DEAD_LETTER_HEADERS = frozenset(

@@ -13,25 +13,6 @@ teardown every lease is let run out, every queue is drained through a fresh
 client, and every message sent and neither acked, purged nor moved must come
 back: nothing lost.
 
-The operations issue 45's defects needed (its "Checks that would have found them"):
-
-* **Threads sharing one handle** (``threads_share_a_handle``): two or three
-  receives, acks and ``change_visibility`` calls at once on the same handle; the
-  results must be those of some order of the calls that their windows allow.
-* **A crash after a release, before DONE** (``send_once``'s ``dies_before_done``).
-* **``update_queue`` between a stage and its publish** (``send_once``'s ``ttl``): the
-  other client changes ``message_ttl``; TTLs are an hour or two, so a message
-  missing at the drain is a loss, not an expiry.
-* **A consumer whose writes carry a clock offset**: a third client (``SKEWED``,
-  opened by ``open_skewed_consumer``) whose driver stamps its writes 0.4 s ahead
-  or behind (the ``Cluster.timestamp_generator`` on Cassandra,
-  ``MemoryStore.with_clock_offset``); it receives, acks, changes and rejects.
-  The model allows what skew may cost (DESIGN.md section 3): a delay or a duplicate.
-* **Batches the store refuses part of** (``send_batch_refused``): more than a
-  bucket's worth of messages, one bucket's write refused at the store boundary
-  (``InvalidRequest``, translated there); the send raises and none of its
-  messages is ever delivered or shown.
-
 Timeouts are short (0.3 to 0.8 s, a few receives use 2.5 s so that acks take the
 own-lease path) and time moves by ``wait_for_timeouts``, which sleeps until the
 next lease or delay ends (0.8 s at most).
@@ -39,7 +20,7 @@ next lease or delay ends (0.8 s at most).
 Profiles (``BDQ_MODEL_PROFILE``):
 
 * ``default``: bounded, for ``make check`` and ``make test``: 60 examples of up to
-  30 steps on the MemoryStore, 20 of up to 25 on Cassandra.
+  30 steps on the MemoryStore, 30 of up to 25 on Cassandra.
 * ``soak``: many more, to run by hand or nightly::
 
       BDQ_MODEL_PROFILE=soak .venv/bin/pytest tests/test_promises_model.py -m "not cassandra"
@@ -57,41 +38,31 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager, suppress
-from copy import deepcopy
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
-from cassandra import InvalidRequest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import (
     RuleBasedStateMachine,
-    initialize,
     precondition,
     rule,
     run_state_machine_as_test,
 )
 
-from spark_queue import QueueClient, SparkQueueError, StaleReceipt
+from spark_queue import QueueClient, StaleReceipt
 from spark_queue.defaults import SETTINGS_REFRESH
-from spark_queue.engine import sending
 from spark_queue.errors import BackendUnavailable
 from spark_queue.message import Receipt
 from spark_queue.queue import Queue
-from spark_queue.store.driver_errors import translated
-from spark_queue.store.lease_changes import LeaseChanges
 from spark_queue.store.memory import MemoryStore
-from spark_queue.store.message_values import NewMessage
-from spark_queue.store.message_writes import MessageWrites
 from spark_queue.store.send_log import SendLog
 from spark_queue.store.session import Store
 from tests.promise_model import REJECT_REASON, Issued, PromiseModel, Violation
@@ -108,7 +79,7 @@ STRICT = os.environ.get("BDQ_MODEL_STRICT", "").strip() in ("1", "true", "yes")
 #: (profile, backend) -> examples and steps per example.
 PROFILES: dict[tuple[str, str], tuple[int, int]] = {
     ("default", "memory"): (60, 30),
-    ("default", "cassandra"): (20, 25),
+    ("default", "cassandra"): (30, 25),
     ("soak", "memory"): (2000, 60),
     ("soak", "cassandra"): (300, 50),
 }
@@ -126,15 +97,6 @@ LONGEST_WAIT = 0.8
 DRAIN_FOR = 20.0
 
 CLIENTS = st.integers(0, 1)
-#: Clients that receive, ack and change leases: 2 is the consumer whose clock is off.
-CONSUMERS = st.integers(0, 2)
-SKEWED = 2
-#: Seconds the skewed consumer's write timestamps run ahead (behind if < 0): as long as the
-#: visibility timeouts, so that its leases and those of the others land out of order.
-SKEWS = st.sampled_from([-0.4, 0.4])
-#: TTLs update_queue may set between a send-once's stage and its publish: long enough not to
-#: expire within an example, so that any message missing at the drain is a loss.
-TTLS = st.sampled_from([None, 3600, 7200])
 KEYS = st.sampled_from([None, "a", "b", "c"])
 DELAYS = st.sampled_from([0.0, 0.0, 0.0, 0.3])
 TIMEOUTS = st.sampled_from([None, None, 0.3, 0.6, 2.5])
@@ -165,12 +127,11 @@ def settings_for(backend: str, profile: str = PROFILE) -> settings:
 class PromiseMachine(RuleBasedStateMachine):
     """Two clients on one queue with a dead-letter queue; every result checked by the model.
 
-    A third, ``SKEWED``, only consumes, with its write timestamps off the others'.
     ``open_client`` is set by the test: it opens another client on the test's
-    store, as another process would (its argument: the client's clock offset).
+    store, as another process would.
     """
 
-    open_client: ClassVar[Callable[..., QueueClient]]
+    open_client: ClassVar[Callable[[], QueueClient]]
 
     def __init__(self) -> None:
         super().__init__()
@@ -198,11 +159,7 @@ class PromiseMachine(RuleBasedStateMachine):
         )  # fmt: skip
         self.model = PromiseModel(
             settings={
-                self.main: {
-                    "visibility_timeout": VISIBILITY,
-                    "max_deliveries": MAX_DELIVERIES,
-                    "message_ttl": None,  # the default
-                },
+                self.main: {"visibility_timeout": VISIBILITY, "max_deliveries": MAX_DELIVERIES},
                 self.dlq: {"visibility_timeout": VISIBILITY, "max_deliveries": None},
             },
             refresh=SETTINGS_REFRESH + 0.5,
@@ -212,14 +169,8 @@ class PromiseMachine(RuleBasedStateMachine):
 
     # -- helpers ---------------------------------------------------------------------------
 
-    @initialize(skew=SKEWS)
-    def open_skewed_consumer(self, skew: float) -> None:
-        """A third client, whose driver stamps its writes ``skew`` seconds off the others'."""
-        self._open(offset=skew)
-        self.model.offsets[self.numbers[SKEWED]] = skew
-
-    def _open(self, slot: int | None = None, offset: float = 0.0) -> None:
-        client, number = type(self).open_client(offset), next(_serial)
+    def _open(self, slot: int | None = None) -> None:
+        client, number = type(self).open_client(), next(_serial)
         if slot is None:
             self.clients.append(client)
             self.numbers.append(number)
@@ -300,36 +251,6 @@ class PromiseMachine(RuleBasedStateMachine):
         ids = self._handle(slot, self.main).send_batch(payloads, headers=headers, key=keys[:n])
         self.model.sent(self.main, payloads, headers, [0.0] * n, ids, start, time.time())
 
-    @rule(
-        slot=CLIENTS,
-        n=st.integers(BUCKET_SIZE + 1, BUCKET_SIZE + 4),
-        key=KEYS,
-        refused=st.integers(0, 1),
-    )
-    def send_batch_refused(self, slot: int, n: int, key: str | None, refused: int) -> None:
-        """A batch over several buckets, one of whose writes the store refuses: none shows.
-
-        More than a bucket's worth of messages takes at least two writes; the
-        store writes the others and refuses one (as Cassandra refuses a write
-        over its size limits: issue 45, G). The send must raise, and no
-        receive or peek may ever return one of its messages.
-        """
-        sent = [self._payload() for _ in range(n)]
-        payloads, headers = [p for p, _ in sent], [h for _, h in sent]
-        self.model.refused.update(payloads)
-        handle = self._handle(slot, self.main)
-        with _refusing_one_bucket(refused) as refusals:
-            try:
-                ids = handle.send_batch(payloads, headers=headers, key=[key] * n)
-            except SparkQueueError:
-                if not refusals:
-                    raise  # refused for another reason than the injected one: not this check
-                return
-        raise Violation(
-            f"send_batch of {n} messages, the write of bucket {refusals} refused by the store:"
-            f" returned ids {ids} instead of raising"
-        )
-
     @rule(slot=CLIENTS, n=st.integers(1, 3))
     def send_async(self, slot: int, n: int) -> None:
         handle = self._handle(slot, self.main)
@@ -344,15 +265,12 @@ class PromiseMachine(RuleBasedStateMachine):
         self._handle(slot, self.main).flush()
         self._resolve(slot)
 
-    @rule(slot=CLIENTS, n=st.integers(1, 3), dies_before_done=st.booleans(), ttl=TTLS)
-    def send_once(self, slot: int, n: int, dies_before_done: bool, ttl: int | None) -> None:
+    @rule(slot=CLIENTS, n=st.integers(1, 3), dies_before_done=st.booleans())
+    def send_once(self, slot: int, n: int, dies_before_done: bool) -> None:
         """Stage and publish a send-once, as the sink's task and driver do.
 
         ``dies_before_done``: the publisher dies after the release, before DONE
         is recorded (a driver killed, a commit timed out): the messages are out.
-        ``ttl``: the other client changes the queue's ``message_ttl`` between the
-        stage and the publish; the staged messages keep the TTL they were sent
-        with (issue 45, D), and the drain finds every one.
         """
         sent = [self._payload() for _ in range(n)]
         payloads, headers = [p for p, _ in sent], [h for _, h in sent]
@@ -360,10 +278,6 @@ class PromiseMachine(RuleBasedStateMachine):
         key = (f"model-{self.tag}", self.sent, 0, 0)
         start = time.time()
         staged = handle.staging.stage(key, handle.check_batch(payloads, headers))
-        if ttl is not None:
-            changing = time.time()
-            self.clients[1 - slot].update_queue(self.main, message_ttl=ttl)
-            self.model.changed(self.main, "message_ttl", ttl, changing, time.time())
         if dies_before_done:
             with _dying_before_done(), suppress(BackendUnavailable):
                 handle.staging.publish([staged])
@@ -386,20 +300,20 @@ class PromiseMachine(RuleBasedStateMachine):
 
     # -- receive, ack, change visibility ---------------------------------------------------
 
-    @rule(slot=CONSUMERS, main=st.booleans(), count=st.integers(1, 5), timeout=TIMEOUTS, hint=HINTS)
+    @rule(slot=CLIENTS, main=st.booleans(), count=st.integers(1, 5), timeout=TIMEOUTS, hint=HINTS)
     def receive(
         self, slot: int, main: bool, count: int, timeout: float | None, hint: int | None
     ) -> None:
         queue = self._queue(main)
         self.issued += self._receive(slot, self.numbers[slot], queue, count, timeout, hint)
 
-    @rule(slot=CONSUMERS, pick=PICKS)
+    @rule(slot=CLIENTS, pick=PICKS)
     def ack(self, slot: int, pick: int) -> None:
         receipt = self._pick(pick)
         if receipt is not None:
             self._ack(slot, [receipt])
 
-    @rule(slot=CONSUMERS, picks=st.lists(PICKS, min_size=2, max_size=4))
+    @rule(slot=CLIENTS, picks=st.lists(PICKS, min_size=2, max_size=4))
     def ack_batch(self, slot: int, picks: list[int]) -> None:
         first = self._pick(picks[0])
         if first is None:
@@ -411,7 +325,7 @@ class PromiseMachine(RuleBasedStateMachine):
                 chosen.setdefault(r.id, r)
         self._ack(slot, list(chosen.values()))
 
-    @rule(slot=CONSUMERS, pick=PICKS, seconds=st.sampled_from([0.0, 0.2, 0.6, 2.0]))
+    @rule(slot=CLIENTS, pick=PICKS, seconds=st.sampled_from([0.0, 0.2, 0.6, 2.0]))
     def change_visibility(self, slot: int, pick: int, seconds: float) -> None:
         receipt = self._pick(pick)
         if receipt is None:
@@ -428,7 +342,7 @@ class PromiseMachine(RuleBasedStateMachine):
         if issued is not None:
             self.issued.append(issued)
 
-    @rule(slot=CONSUMERS, pick=PICKS)
+    @rule(slot=CLIENTS, pick=PICKS)
     def reject(self, slot: int, pick: int) -> None:
         receipt = self._pick(pick)
         if receipt is None or receipt.queue != self.main:
@@ -444,111 +358,6 @@ class PromiseMachine(RuleBasedStateMachine):
         peeked, p_start, p_end = self._peek(self.dlq)
         self.model.check_reject(self.numbers[slot], receipt, moved, self.dlq, peeked, start, end)
         self.model.check_peek(self.dlq, peeked, p_start, p_end)
-
-    @rule(
-        slot=CONSUMERS,
-        calls=st.lists(
-            st.tuples(
-                st.sampled_from(("receive", "receive", "ack", "change_visibility")),
-                PICKS,
-                st.integers(1, 3),
-                st.sampled_from([0.0, 0.6, 2.0]),
-            ),
-            min_size=2,
-            max_size=3,
-        ),
-    )
-    def threads_share_a_handle(self, slot: int, calls: list[tuple[str, int, int, float]]) -> None:
-        """Two or three receives, acks and lease changes at once, from threads, on ONE handle.
-
-        Each call keeps its own window (start, end); the results must be those of
-        some order of the calls that keeps their real-time order (one that ended
-        before another started comes first), each checked by the model in turn.
-        """
-        handle = self._handle(slot, self.main)
-        todo = []
-        for kind, pick, count, seconds in calls:
-            receipt = None if kind == "receive" else self._pick(pick)
-            if receipt is None or receipt.queue != self.main:
-                kind, receipt = "receive", None  # the handle is the main queue's
-            todo.append(_Call(kind, receipt, count, seconds))
-        together = threading.Barrier(len(todo))
-
-        def run(call: _Call) -> None:
-            together.wait()
-            call.start = time.time()
-            try:
-                if call.receipt is None:
-                    call.result = handle.receive(call.count)
-                elif call.kind == "ack":
-                    handle.ack(call.receipt.receipt)
-                    call.result = True
-                else:
-                    call.result = handle.change_visibility(call.receipt.receipt, call.seconds)
-            except StaleReceipt:
-                call.result = False if call.kind == "ack" else None
-            call.end = time.time()
-
-        with ThreadPoolExecutor(len(todo)) as pool:
-            list(pool.map(run, todo))  # raises what a call raised
-        dead = self._peek(self.dlq)  # dead letters the receives may have moved
-        self._check_in_some_order(self.numbers[slot], todo, dead)
-
-    def _check_in_some_order(
-        self, number: int, calls: Sequence[_Call], dead: tuple[list[Any], float, float]
-    ) -> None:
-        """Check concurrent calls' results in each order that their windows allow; one must pass."""
-        first: Violation | None = None
-        for order in itertools.permutations(calls):
-            if any(
-                later.end < earlier.start
-                for i, earlier in enumerate(order)
-                for later in order[i + 1 :]
-            ):
-                continue  # ``later`` returned before ``earlier`` began: not a possible order
-            trial = deepcopy(self.model)
-            try:
-                issued = self._check_calls(trial, number, order, dead)
-            except Violation as v:
-                first = first or v
-                continue
-            self.model = trial
-            self.issued += issued
-            return
-        self.model.broken = True
-        raise Violation(
-            f"{len(calls)} threads of one handle, {list(calls)}: no order fits: {first}"
-        )
-
-    def _check_calls(
-        self,
-        model: PromiseModel,
-        number: int,
-        order: Sequence[_Call],
-        dead: tuple[list[Any], float, float],
-    ) -> list[Issued]:
-        """Hand ``order``'s results to ``model`` one by one; return the receipts they issued."""
-        issued: list[Issued] = []
-        movable = []
-        for call in order:
-            if call.receipt is None:
-                got, may_move = model.check_receive(
-                    number, self.main, call.result, None, call.start, call.end
-                )
-                issued += got
-                movable += may_move
-            elif call.kind == "ack":
-                model.check_ack(number, call.receipt, call.result, call.start, call.end)
-            else:
-                new = model.check_change_visibility(
-                    number, call.receipt, call.seconds, call.result, call.start, call.end
-                )
-                issued += [new] if new is not None else []
-        if movable:
-            peeked, start, end = dead
-            model.check_moves(self.main, self.dlq, movable, peeked, end)
-            model.check_peek(self.dlq, peeked, start, end)
-        return issued
 
     # -- settings, purge, redrive ----------------------------------------------------------
 
@@ -697,65 +506,6 @@ class PromiseMachine(RuleBasedStateMachine):
         return peeked, start, time.time()
 
 
-@dataclass
-class _Call:
-    """One call of ``threads_share_a_handle``: what it did, its window and what it returned.
-
-    ``result``: a receive's deliveries, whether an ack acked, a change's new receipt (None:
-    StaleReceipt).
-    """
-
-    kind: str  # receive, ack or change_visibility
-    receipt: Issued | None  # None: a receive
-    count: int
-    seconds: float
-    start: float = 0.0
-    end: float = 0.0
-    result: Any = field(default=None, repr=False)
-
-    def __repr__(self) -> str:
-        what = (
-            f"receive({self.count})" if self.receipt is None else f"{self.kind}({self.receipt!r})"
-        )
-        return f"{what} [{self.start:.3f}, {self.end:.3f}]"
-
-
-@contextmanager
-def _refusing_one_bucket(which: int) -> Iterator[list[int]]:
-    """Every insert meanwhile writes all its buckets but one, whose write the store refuses.
-
-    ``which`` picks the bucket among those of the insert (0: the first). The
-    refusal is Cassandra's ``InvalidRequest`` translated at the store boundary,
-    as a write over the cluster's size limits is; the buckets refused are
-    listed in the value yielded.
-    """
-    refused: list[int] = []
-    insert = MessageWrites.insert
-
-    def refuse(
-        self: MessageWrites,
-        messages: Sequence[NewMessage],
-        now: int,
-        *,
-        timestamp: int | None = None,
-        chunks: Any = None,
-    ) -> None:
-        buckets = sorted({self.bucket_of(m.id) for m in messages})
-        bucket = buckets[which % len(buckets)]
-        kept = [m for m in messages if self.bucket_of(m.id) != bucket]
-        if kept:  # Cassandra runs every write of the batch; only the refused one fails
-            insert(self, kept, now, timestamp=timestamp)
-        refused.append(bucket)
-        error = InvalidRequest(f"injected: the write of bucket {bucket} is refused")
-        raise translated(error, "sending messages")
-
-    MessageWrites.insert = refuse  # type: ignore[method-assign]
-    try:
-        yield refused
-    finally:
-        MessageWrites.insert = insert  # type: ignore[method-assign]
-
-
 @contextmanager
 def _dying_before_done() -> Iterator[None]:
     """Every send-once published meanwhile dies after its release, before DONE."""
@@ -780,39 +530,21 @@ class CassandraPromises(PromiseMachine):
 
 
 @contextmanager
-def client_factory(backend: Backend) -> Iterator[Callable[..., QueueClient]]:
+def client_factory(backend: Backend) -> Iterator[Callable[[], QueueClient]]:
     """Opens clients on one store: each with its own handles, lanes and leases, as a process.
 
-    The callable takes the clock offset (seconds) of the client's write
-    timestamps, 0 by default. On Cassandra the clients of one offset share one
-    driver session (opening one per client costs a second); nothing of the
-    queue's semantics lives in the session.
+    On Cassandra the clients share one driver session (opening one per client
+    costs a second); nothing of the queue's semantics lives in the session.
     """
     if backend.store is not None:
         memory = backend.store
-
-        def open_memory_client(offset: float = 0.0) -> QueueClient:
-            return QueueClient(store=memory.with_clock_offset(offset) if offset else memory)
-
-        yield open_memory_client
+        yield lambda: QueueClient(store=memory)
         return
-    stores: dict[float, Store] = {}
-
-    def open_client(offset: float = 0.0) -> QueueClient:
-        if offset not in stores:
-            store = Store(backend.settings)
-            if offset:  # the driver stamps every write of this session ``offset`` off
-                generator = store.cluster.timestamp_generator
-                shift = int(offset * 1_000_000)
-                store.cluster.timestamp_generator = lambda: generator() + shift
-            stores[offset] = store
-        return QueueClient(store=stores[offset])
-
+    store = Store(backend.settings)
     try:
-        yield open_client
+        yield lambda: QueueClient(store=store)
     finally:
-        for store in stores.values():
-            store.close()
+        store.close()
 
 
 @pytest.mark.both_stores
@@ -887,7 +619,7 @@ def test_read_ahead_does_not_deliver_purged_messages(backend: Backend) -> None:
 def test_model_replays_the_read_ahead_sequence_it_found_without_a_violation() -> None:
     """The shrunk sequence, step by step through the machine, with no tolerance at all."""
     store = MemoryStore()
-    MemoryPromises.open_client = staticmethod(lambda offset=0.0: QueueClient(store=store))
+    MemoryPromises.open_client = staticmethod(lambda: QueueClient(store=store))
     state = MemoryPromises()
     state.model.tolerate_read_ahead = False
     try:
@@ -897,62 +629,5 @@ def test_model_replays_the_read_ahead_sequence_it_found_without_a_violation() ->
         state.receive(slot=0, main=True, count=1, timeout=2.5, hint=1)  # m1.. read ahead
         state.change_visibility(slot=1, pick=3, seconds=2.0)  # m1's first receipt, through B
         state.receive(slot=0, main=True, count=1, timeout=2.5, hint=1)  # hands m1 out
-    finally:
-        state.teardown()
-
-
-# -- the model finds what the new operations were added for ----------------------------------
-
-
-def _memory_machine(store: MemoryStore) -> MemoryPromises:
-    def open_client(offset: float = 0.0) -> QueueClient:
-        return QueueClient(store=store.with_clock_offset(offset) if offset else store)
-
-    MemoryPromises.open_client = staticmethod(open_client)
-    return MemoryPromises()
-
-
-def test_model_finds_a_batch_that_lands_the_buckets_the_store_did_not_refuse(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Given the sending path before issue 45 G's fix: every bucket's write visible at once
-    def visible_at_once(
-        self: sending.Sender, outgoing: Any, ids: Any, now: int, stamp: int
-    ) -> list[int]:
-        messages = self.new_messages(outgoing, ids, now)
-        self._buckets.insert(messages, now, timestamp=stamp)
-        return self.landed(outgoing, ids, pending=False, now=now)
-
-    monkeypatch.setattr(sending.Sender, "_write_all_or_nothing", visible_at_once)
-    state = _memory_machine(MemoryStore())
-    try:
-        # When a batch over two buckets is refused in its second
-        state.send_batch_refused(slot=0, n=BUCKET_SIZE + 2, key=None, refused=1)
-        # Then the model sees the first bucket's messages and names the broken promise
-        with pytest.raises(Violation, match="of a batch send that raised"):
-            state.peek(main=True)
-    finally:
-        state.teardown()
-
-
-def test_model_finds_a_lease_change_shadowed_by_a_consumer_clock_ahead(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Given lease changes as before issue 45 F's fix: applied once, never read back
-    def once(self: LeaseChanges, attempt: Any, keys: Any, *_: Any) -> tuple[Any, list[Any]]:
-        return attempt(list(keys)), []
-
-    monkeypatch.setattr(LeaseChanges, "_until_seen", once)
-    state = _memory_machine(MemoryStore())
-    try:
-        # and a message received by the consumer whose clock is 0.4 s ahead
-        state.open_skewed_consumer(skew=0.4)
-        state.send(slot=0, key=None, delay=0.0)
-        state.receive(slot=SKEWED, main=True, count=1, timeout=0.3, hint=None)
-        # When another client extends its lease at once (the extension reports success)
-        state.change_visibility(slot=0, pick=0, seconds=2.0)
-        # Then the extension's receipt does not ack: the model names the broken promise
-        with pytest.raises(Violation, match="refused as stale"):
-            state.ack(slot=0, pick=0)
     finally:
         state.teardown()
